@@ -1,0 +1,459 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Log is an open AOF. See the package documentation for its guarantees.
+type Log struct {
+	opts Options
+	dir  string
+
+	// mu guards everything below it. Lock order: Log.mu is a leaf; the writer
+	// goroutine never holds it while doing I/O.
+	mu   sync.Mutex
+	cond *sync.Cond // broadcast when written, synced, pending or err change
+	// segs are the segments in log order; the last is the active one. A
+	// segment queued for creation is added by the writer once it exists.
+	segs []segment
+	// pending holds frames appended but not yet handed to the writer, split
+	// where the log rolls to a new segment.
+	pending      []chunk
+	pendingBytes int
+	// tail is the end of the log including pending frames; activeEnd is
+	// where the active segment will end once pending frames reach it.
+	tail      LSN
+	activeEnd LSN
+	// activeFirst is the first LSN of the segment pending frames go to.
+	activeFirst LSN
+	written     LSN // frames below are in the OS (write(2) returned)
+	synced      LSN // frames below are durable (fsync returned)
+	syncWanted  LSN // Sync callers want at least this much durable
+	err         error
+	closed      bool
+
+	kick    chan struct{} // wakes the writer; capacity 1
+	stop    chan struct{}
+	done    chan struct{} // closed when the writer goroutine exits
+	tickerD chan struct{} // closed when the everysec goroutine exits
+
+	// The writer goroutine alone uses these.
+	active vfs.File
+
+	readers readerCache
+}
+
+// chunk is a run of frames bound for one segment.
+type chunk struct {
+	first LSN // LSN of the first frame in data
+	// newSegment means the log rolls before writing data: the previous
+	// segment is fsynced and a segment starting at first is created.
+	newSegment bool
+	data       []byte
+}
+
+// Open opens the log in dir, creating dir and the first segment if needed,
+// and repairs a torn tail of the last segment (see the package doc).
+func Open(dir string, opts Options) (*Log, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	fs := opts.FS
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("wal: create %s: %w", dir, err)
+	}
+	segs, err := listSegments(fs, dir)
+	if err != nil {
+		return nil, err
+	}
+	l := &Log{
+		opts:    opts,
+		dir:     dir,
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		tickerD: make(chan struct{}),
+	}
+	l.cond = sync.NewCond(&l.mu)
+	l.readers = readerCache{fs: fs, dir: dir, files: map[LSN]vfs.File{}}
+
+	if len(segs) == 0 {
+		f, err := createSegment(fs, dir, 0)
+		if err != nil {
+			return nil, err
+		}
+		l.active = f
+		segs = []segment{{first: 0}}
+	} else {
+		if err := checkContiguous(segs); err != nil {
+			return nil, err
+		}
+		last := &segs[len(segs)-1]
+		size, err := repairTail(fs, dir, *last, opts.Logger)
+		if err != nil {
+			return nil, err
+		}
+		last.size = size
+		f, err := openForAppend(fs, dir, segmentName(last.first))
+		if err != nil {
+			return nil, err
+		}
+		l.active = f
+	}
+	l.segs = segs
+	last := segs[len(segs)-1]
+	l.tail, l.activeEnd, l.activeFirst = last.end(), last.end(), last.first
+	l.written, l.synced, l.syncWanted = l.tail, l.tail, l.tail
+
+	go l.writeLoop()
+	if opts.Sync == SyncEverySec {
+		go l.syncLoop()
+	} else {
+		close(l.tickerD)
+	}
+	return l, nil
+}
+
+// checkContiguous verifies that every segment but the last ends where the next
+// begins. A gap means a lost or truncated segment in the middle of the log.
+func checkContiguous(segs []segment) error {
+	for i := 0; i+1 < len(segs); i++ {
+		s, next := segs[i], segs[i+1]
+		if s.size < 0 {
+			return fmt.Errorf("%w: segment %s is shorter than its header", ErrCorrupt, segmentName(s.first))
+		}
+		if s.end() != next.first {
+			return fmt.Errorf("%w: segment %s ends at lsn %d but %s begins at %d",
+				ErrCorrupt, segmentName(s.first), s.end(), segmentName(next.first), next.first)
+		}
+	}
+	return nil
+}
+
+// Enqueue queues records for writing, in order, and returns the LSN of the
+// first and the end of the last; the records are contiguous. It performs no
+// I/O (it blocks only while more than MaxPending bytes wait for the writer),
+// so a caller may hold its own lock to fix the order of records. Wait(end)
+// then waits for the records per the sync policy.
+func (l *Log) Enqueue(recs ...Record) (first, end LSN, err error) {
+	size := int64(0)
+	for _, r := range recs {
+		if len(r.Payload) > MaxPayload {
+			return 0, 0, errTooLarge
+		}
+		if r.Type == 0 {
+			return 0, 0, errors.New("wal: record type 0 is reserved")
+		}
+		size += frameSize(len(r.Payload))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.err == nil && !l.closed && l.pendingBytes > 0 && l.pendingBytes+int(size) > l.opts.MaxPending {
+		l.cond.Wait()
+	}
+	if err := l.errLocked(); err != nil {
+		return 0, 0, err
+	}
+	first = l.tail
+	for _, r := range recs {
+		fs := frameSize(len(r.Payload))
+		activeSize := int64(l.activeEnd - l.activeFirst)
+		roll := activeSize > 0 && activeSize+fs > l.opts.SegmentSize
+		if roll || len(l.pending) == 0 {
+			l.pending = append(l.pending, chunk{first: l.tail, newSegment: roll})
+			if roll {
+				l.activeFirst = l.tail
+				l.activeEnd = l.tail
+			}
+		}
+		c := &l.pending[len(l.pending)-1]
+		c.data = appendFrame(c.data, r)
+		l.tail += LSN(fs)
+		l.activeEnd += LSN(fs)
+		l.pendingBytes += int(fs)
+	}
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	return first, l.tail, nil
+}
+
+func (l *Log) errLocked() error {
+	if l.err != nil {
+		return l.err
+	}
+	if l.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Wait blocks until every record below end is written, and under SyncAlways
+// also fsynced.
+func (l *Log) Wait(end LSN) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	target := &l.written
+	if l.opts.Sync == SyncAlways {
+		target = &l.synced
+	}
+	for *target < end && l.err == nil {
+		l.cond.Wait()
+	}
+	if *target >= end {
+		return nil
+	}
+	return l.err
+}
+
+// Append writes records and waits for them per the sync policy. It returns the
+// LSN of the first record and the end of the last.
+func (l *Log) Append(recs ...Record) (first, end LSN, err error) {
+	first, end, err = l.Enqueue(recs...)
+	if err != nil {
+		return 0, 0, err
+	}
+	return first, end, l.Wait(end)
+}
+
+// WaitSynced makes every record below end durable, whatever the policy, and
+// waits for it. Concurrent callers share fsyncs.
+func (l *Log) WaitSynced(end LSN) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if end > l.tail {
+		end = l.tail
+	}
+	if l.synced >= end {
+		return nil
+	}
+	if end > l.syncWanted {
+		l.syncWanted = end
+	}
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	for l.synced < end && l.err == nil {
+		l.cond.Wait()
+	}
+	if l.synced >= end {
+		return nil
+	}
+	return l.err
+}
+
+// Sync makes every record appended so far durable.
+func (l *Log) Sync() error {
+	l.mu.Lock()
+	end := l.tail
+	l.mu.Unlock()
+	return l.WaitSynced(end)
+}
+
+// End returns the LSN the next record will get.
+func (l *Log) End() LSN {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tail
+}
+
+// Durable returns the end of the durable prefix of the log.
+func (l *Log) Durable() LSN {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.synced
+}
+
+// First returns the LSN of the oldest record still held.
+func (l *Log) First() LSN {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.segs[0].first
+}
+
+// SegmentInfo describes one segment file, for accounting and inspection.
+type SegmentInfo struct {
+	First LSN
+	Size  int64 // bytes of frames written so far
+	Name  string
+}
+
+// Segments lists the segments in log order.
+func (l *Log) Segments() []SegmentInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]SegmentInfo, len(l.segs))
+	for i, s := range l.segs {
+		out[i] = SegmentInfo{First: s.first, Size: s.size, Name: segmentName(s.first)}
+	}
+	return out
+}
+
+// SegmentOf returns the first LSN of the segment holding lsn.
+func (l *Log) SegmentOf(lsn LSN) LSN {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lsn >= l.activeFirst {
+		return l.activeFirst
+	}
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first > lsn }) - 1
+	if i < 0 {
+		return 0
+	}
+	return l.segs[i].first
+}
+
+// writeLoop is the single writer: it takes every pending chunk, writes them,
+// fsyncs if the policy or a Sync caller asks, and publishes the new positions.
+func (l *Log) writeLoop() {
+	defer close(l.done)
+	for {
+		select {
+		case <-l.kick:
+		case <-l.stop:
+			l.flushPending()
+			return
+		}
+		l.flushPending()
+	}
+}
+
+// flushPending writes what is pending and syncs as needed. Errors poison the
+// log.
+func (l *Log) flushPending() {
+	l.mu.Lock()
+	chunks := l.pending
+	l.pending = nil
+	wantSync := l.opts.Sync == SyncAlways || l.syncWanted > l.synced
+	l.mu.Unlock()
+
+	var err error
+	var newSegs []segment
+	written := LSN(0)
+	for _, c := range chunks {
+		if c.newSegment {
+			if err = l.roll(c.first); err != nil {
+				break
+			}
+			newSegs = append(newSegs, segment{first: c.first})
+		}
+		if _, err = l.active.Write(c.data); err != nil {
+			err = fmt.Errorf("wal: write segment: %w", err)
+			break
+		}
+		written = c.first + LSN(len(c.data))
+	}
+	if err == nil && (wantSync || len(newSegs) > 0 && l.opts.Sync == SyncAlways) {
+		if err = l.active.Sync(); err != nil {
+			err = fmt.Errorf("wal: fsync segment: %w", err)
+		}
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// Account new segments and bytes even on error, so the list matches disk.
+	l.segs = append(l.segs, newSegs...)
+	if written > 0 {
+		last := &l.segs[len(l.segs)-1]
+		last.size = int64(written - last.first)
+	}
+	for _, c := range chunks {
+		l.pendingBytes -= len(c.data)
+	}
+	if err != nil {
+		if l.err == nil {
+			l.err = fmt.Errorf("%w: %w", ErrPoisoned, err)
+			l.opts.Logger.Error("wal: log poisoned", "err", err)
+		}
+	} else {
+		if written > l.written {
+			l.written = written
+		}
+		if wantSync {
+			l.synced = l.written
+		}
+	}
+	l.cond.Broadcast()
+}
+
+// roll fsyncs and closes the active segment and creates the next one.
+func (l *Log) roll(first LSN) error {
+	if err := l.active.Sync(); err != nil {
+		return fmt.Errorf("wal: fsync segment before roll: %w", err)
+	}
+	if err := l.active.Close(); err != nil {
+		return fmt.Errorf("wal: close segment: %w", err)
+	}
+	// Everything before first is in segments that are now all fsynced.
+	l.mu.Lock()
+	if first > l.synced {
+		l.synced = first
+	}
+	l.mu.Unlock()
+	f, err := createSegment(l.opts.FS, l.dir, first)
+	if err != nil {
+		return err
+	}
+	l.active = f
+	return nil
+}
+
+// syncLoop drives SyncEverySec.
+func (l *Log) syncLoop() {
+	defer close(l.tickerD)
+	t := time.NewTicker(l.opts.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			l.mu.Lock()
+			if l.written > l.synced && l.written > l.syncWanted {
+				l.syncWanted = l.written
+				select {
+				case l.kick <- struct{}{}:
+				default:
+				}
+			}
+			l.mu.Unlock()
+		case <-l.stop:
+			return
+		}
+	}
+}
+
+// Close writes and fsyncs everything appended, then closes the files. It is
+// safe to call more than once.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.syncWanted = l.tail
+	l.closed = true
+	l.cond.Broadcast()
+	l.mu.Unlock()
+	close(l.stop)
+	<-l.done
+	<-l.tickerD
+	var errs []error
+	l.mu.Lock()
+	errs = append(errs, l.err)
+	l.mu.Unlock()
+	errs = append(errs, l.active.Close(), l.readers.closeAll())
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// SyncPolicy says when appended records are fsynced. The names are Disque's
+// appendfsync values.
+type SyncPolicy uint8
+
+const (
+	// SyncEverySec fsyncs once a second: Append returns after write(2), so a
+	// process crash loses nothing and a machine crash about a second.
+	SyncEverySec SyncPolicy = iota
+	// SyncAlways fsyncs before Append returns; concurrent appends share one
+	// fsync.
+	SyncAlways
+	// SyncNever leaves flushing to the operating system (and to Sync calls,
+	// segment roll-over and Close).
+	SyncNever
+)
+
+// String returns the policy's appendfsync name.
+func (p SyncPolicy) String() string {
+	switch p {
+	case SyncAlways:
+		return "always"
+	case SyncEverySec:
+		return "everysec"
+	case SyncNever:
+		return "no"
+	}
+	return fmt.Sprintf("SyncPolicy(%d)", uint8(p))
+}
+
+// ParseSyncPolicy parses an appendfsync value: always, everysec or no.
+func ParseSyncPolicy(s string) (SyncPolicy, error) {
+	switch strings.ToLower(s) {
+	case "always":
+		return SyncAlways, nil
+	case "everysec":
+		return SyncEverySec, nil
+	case "no":
+		return SyncNever, nil
+	}
+	return 0, fmt.Errorf("wal: unknown fsync policy %q (want always, everysec or no)", s)
+}
+
+// Options configure a Log. The zero value of a field means its default.
+type Options struct {
+	// FS is the filesystem all files go through. Default vfs.Default (the OS).
+	FS vfs.FS
+	// SegmentSize is the size at which the log rolls to a new segment. A
+	// record larger than this gets a segment of its own. Default 64 MiB.
+	SegmentSize int64
+	// Sync is the fsync policy. Default SyncEverySec.
+	Sync SyncPolicy
+	// SyncInterval is how often SyncEverySec fsyncs. Default 1s.
+	SyncInterval time.Duration
+	// MaxPending bounds the bytes queued but not yet written; Enqueue blocks
+	// past it, so a slow disk pushes back on writers. Default 64 MiB.
+	MaxPending int
+	// Logger receives recovery and repair messages. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultOptions returns the options a server uses.
+func DefaultOptions() Options {
+	o := Options{}
+	o.EnsureDefaults()
+	return o
+}
+
+// TestingOptions returns options for tests: an in-memory crashable
+// filesystem, 64 KiB segments so roll-over is exercised, and SyncAlways.
+func TestingOptions() Options {
+	o := Options{FS: vfs.NewCrashableMem(), SegmentSize: 64 << 10, Sync: SyncAlways}
+	o.EnsureDefaults()
+	return o
+}
+
+// EnsureDefaults fills in every zero field with its default.
+func (o *Options) EnsureDefaults() {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.SegmentSize == 0 {
+		o.SegmentSize = 64 << 20
+	}
+	if o.SyncInterval == 0 {
+		o.SyncInterval = time.Second
+	}
+	if o.MaxPending == 0 {
+		o.MaxPending = 64 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first invalid field.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.SegmentSize < 4096 {
+		errs = append(errs, fmt.Errorf("wal: SegmentSize %d is below 4096", o.SegmentSize))
+	}
+	if o.Sync > SyncNever {
+		errs = append(errs, fmt.Errorf("wal: unknown sync policy %d", o.Sync))
+	}
+	if o.SyncInterval < 0 {
+		errs = append(errs, fmt.Errorf("wal: negative SyncInterval %v", o.SyncInterval))
+	}
+	if o.MaxPending < 0 {
+		errs = append(errs, fmt.Errorf("wal: negative MaxPending %d", o.MaxPending))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,314 @@
+package wal
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// readerCache keeps one read-only handle per segment. Reads share the read
+// lock; dropping a segment takes the write lock, so a handle is never closed
+// under a reader.
+type readerCache struct {
+	fs    vfs.FS
+	dir   string
+	mu    sync.RWMutex
+	files map[LSN]vfs.File
+}
+
+// readAt reads len(p) bytes at file offset off of the segment starting at
+// first.
+func (c *readerCache) readAt(first LSN, p []byte, off int64) error {
+	c.mu.RLock()
+	f := c.files[first]
+	if f == nil {
+		c.mu.RUnlock()
+		c.mu.Lock()
+		if f = c.files[first]; f == nil {
+			var err error
+			f, err = c.fs.Open(c.fs.PathJoin(c.dir, segmentName(first)))
+			if err != nil {
+				c.mu.Unlock()
+				return err
+			}
+			c.files[first] = f
+		}
+		c.mu.Unlock()
+		c.mu.RLock()
+		if f = c.files[first]; f == nil {
+			c.mu.RUnlock()
+			return ErrNotFound
+		}
+	}
+	defer c.mu.RUnlock()
+	_, err := f.ReadAt(p, off)
+	return err
+}
+
+func (c *readerCache) drop(first LSN) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.files[first]
+	delete(c.files, first)
+	if f != nil {
+		return f.Close()
+	}
+	return nil
+}
+
+func (c *readerCache) closeAll() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var first error
+	for k, f := range c.files {
+		if err := f.Close(); err != nil && first == nil {
+			first = err
+		}
+		delete(c.files, k)
+	}
+	return first
+}
+
+// locate returns the segment holding lsn, waiting until lsn is written.
+func (l *Log) locate(lsn LSN) (segment, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lsn >= l.tail {
+		return segment{}, fmt.Errorf("%w: %d is past the end %d", ErrNotFound, lsn, l.tail)
+	}
+	for l.written <= lsn && l.err == nil {
+		l.cond.Wait()
+	}
+	if l.written <= lsn {
+		return segment{}, l.err
+	}
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first > lsn }) - 1
+	if i < 0 {
+		return segment{}, fmt.Errorf("%w: %d is below the first segment %s", ErrNotFound, lsn, segmentName(l.segs[0].first))
+	}
+	return l.segs[i], nil
+}
+
+// Read returns the record at lsn, verifying its checksum. The payload is a new
+// slice owned by the caller. A record enqueued but not yet written is waited
+// for.
+func (l *Log) Read(lsn LSN) (Record, error) {
+	seg, err := l.locate(lsn)
+	if err != nil {
+		return Record{}, err
+	}
+	off := segmentHeaderSize + int64(lsn-seg.first)
+	var hdr [frameHeaderSize]byte
+	if err := l.readers.readAt(seg.first, hdr[:], off); err != nil {
+		return Record{}, l.corruptAt(seg, lsn, err)
+	}
+	n := int64(hdr[0]) | int64(hdr[1])<<8 | int64(hdr[2])<<16 | int64(hdr[3])<<24
+	if n > MaxPayload || int64(lsn-seg.first)+frameHeaderSize+n > seg.size {
+		return Record{}, l.corruptAt(seg, lsn, errors.New("length runs past the segment"))
+	}
+	buf := make([]byte, frameHeaderSize+n)
+	copy(buf, hdr[:])
+	if err := l.readers.readAt(seg.first, buf[frameHeaderSize:], off+frameHeaderSize); err != nil {
+		return Record{}, l.corruptAt(seg, lsn, err)
+	}
+	r, _, fe := decodeFrame(buf)
+	if fe != frameOK {
+		return Record{}, l.corruptAt(seg, lsn, errors.New("bad checksum or type"))
+	}
+	return r, nil
+}
+
+func (l *Log) corruptAt(seg segment, lsn LSN, cause error) error {
+	return fmt.Errorf("%w: segment %s offset %d (lsn %d): %v",
+		ErrCorrupt, segmentName(seg.first), segmentHeaderSize+int64(lsn-seg.first), lsn, cause)
+}
+
+// Replay calls fn for every record from LSN from (a record boundary) to the
+// end of the log as it is when Replay starts, in order. The record's payload
+// is valid only during the call. It stops at the first error fn returns, and
+// returns ErrCorrupt naming the segment and offset for a damaged record.
+func (l *Log) Replay(from LSN, fn func(lsn LSN, r Record) error) error {
+	l.mu.Lock()
+	segs := append([]segment(nil), l.segs...)
+	end := l.written
+	l.mu.Unlock()
+	if from < segs[0].first {
+		return fmt.Errorf("%w: replay from %d, but the log starts at %d", ErrNotFound, from, segs[0].first)
+	}
+	if from > end {
+		return fmt.Errorf("%w: replay from %d, but the log ends at %d", ErrNotFound, from, end)
+	}
+	for _, seg := range segs {
+		if seg.end() <= from || seg.first >= end {
+			continue
+		}
+		start := max(from, seg.first)
+		stop := min(seg.end(), end)
+		if err := l.replaySegment(seg, start, stop, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Log) replaySegment(seg segment, start, stop LSN, fn func(LSN, Record) error) error {
+	if start >= stop {
+		return nil
+	}
+	f, err := l.opts.FS.Open(l.opts.FS.PathJoin(l.dir, segmentName(seg.first)))
+	if err != nil {
+		return fmt.Errorf("wal: open segment %s: %w", segmentName(seg.first), err)
+	}
+	defer f.Close()
+	off := segmentHeaderSize + int64(start-seg.first)
+	br := bufio.NewReaderSize(io.NewSectionReader(f, off, int64(stop-start)), 1<<20)
+	var hdr [frameHeaderSize]byte
+	var buf []byte
+	for lsn := start; lsn < stop; {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return l.corruptAt(seg, lsn, fmt.Errorf("short header: %v", err))
+		}
+		n := int64(hdr[0]) | int64(hdr[1])<<8 | int64(hdr[2])<<16 | int64(hdr[3])<<24
+		if n > MaxPayload || lsn+LSN(frameHeaderSize+n) > stop {
+			return l.corruptAt(seg, lsn, errors.New("length runs past the segment"))
+		}
+		if cap(buf) < int(frameHeaderSize+n) {
+			buf = make([]byte, frameHeaderSize+n)
+		}
+		buf = buf[:frameHeaderSize+n]
+		copy(buf, hdr[:])
+		if _, err := io.ReadFull(br, buf[frameHeaderSize:]); err != nil {
+			return l.corruptAt(seg, lsn, fmt.Errorf("short payload: %v", err))
+		}
+		r, size, fe := decodeFrame(buf)
+		if fe != frameOK {
+			return l.corruptAt(seg, lsn, errors.New("bad checksum or type"))
+		}
+		if err := fn(lsn, r); err != nil {
+			return err
+		}
+		lsn += LSN(size)
+	}
+	return nil
+}
+
+// Verify reads every record of the log and checks its checksum.
+func (l *Log) Verify() error {
+	return l.Replay(l.First(), func(LSN, Record) error { return nil })
+}
+
+// TruncateFront removes every whole segment that ends at or before lsn. The
+// active segment is never removed. Segments are removed oldest first, so a
+// crash midway leaves a contiguous log.
+func (l *Log) TruncateFront(lsn LSN) error {
+	l.mu.Lock()
+	if err := l.errLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	n := 0
+	for n+1 < len(l.segs) && l.segs[n].end() <= lsn {
+		n++
+	}
+	drop := append([]segment(nil), l.segs[:n]...)
+	l.segs = append(l.segs[:0:0], l.segs[n:]...)
+	l.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	fs := l.opts.FS
+	for _, s := range drop {
+		if err := l.readers.drop(s.first); err != nil {
+			return fmt.Errorf("wal: close segment %s: %w", segmentName(s.first), err)
+		}
+		if err := fs.Remove(fs.PathJoin(l.dir, segmentName(s.first))); err != nil {
+			return fmt.Errorf("wal: remove segment %s: %w", segmentName(s.first), err)
+		}
+	}
+	if err := syncDir(fs, l.dir); err != nil {
+		return fmt.Errorf("wal: sync %s: %w", l.dir, err)
+	}
+	return nil
+}
+
+// repairTail reads the last segment to its end and returns the size of its
+// valid frames. A torn tail is cut off (the original kept as NAME.broken); a
+// bad frame followed by a valid one is damage, and an error.
+func repairTail(fs vfs.FS, dir string, seg segment, logger *slog.Logger) (int64, error) {
+	name := segmentName(seg.first)
+	path := fs.PathJoin(dir, name)
+	f, err := fs.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("wal: open segment %s: %w", name, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return 0, fmt.Errorf("wal: stat segment %s: %w", name, err)
+	}
+	b := make([]byte, st.Size())
+	_, err = f.ReadAt(b, 0)
+	f.Close()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("wal: read segment %s: %w", name, err)
+	}
+	if err := checkSegmentHeader(b, seg.first); err != nil {
+		return 0, fmt.Errorf("%w (segment %s)", err, name)
+	}
+	frames := b[segmentHeaderSize:]
+	off := 0
+	for off < len(frames) {
+		_, n, fe := decodeFrame(frames[off:])
+		if fe == frameOK {
+			off += n
+			continue
+		}
+		if fe == frameBad && validFrameFollows(frames, off) {
+			return 0, fmt.Errorf("%w: segment %s offset %d (lsn %d): bad record followed by valid ones",
+				ErrCorrupt, name, segmentHeaderSize+off, uint64(seg.first)+uint64(off))
+		}
+		break
+	}
+	if off == len(frames) {
+		return int64(off), nil
+	}
+	logger.Warn("wal: truncating torn tail", "segment", name,
+		"offset", segmentHeaderSize+off, "dropped_bytes", len(frames)-off, "kept_as", name+brokenSuffix)
+	broken := fs.PathJoin(dir, name+brokenSuffix)
+	if _, err := fs.Stat(broken); err == nil {
+		if err := fs.Remove(broken); err != nil {
+			return 0, fmt.Errorf("wal: remove old %s: %w", broken, err)
+		}
+	}
+	if err := fs.Link(path, broken); err != nil {
+		if err := writeFileAtomic(fs, dir, name+brokenSuffix, b); err != nil {
+			return 0, fmt.Errorf("wal: keep %s: %w", broken, err)
+		}
+	}
+	if err := writeFileAtomic(fs, dir, name, b[:segmentHeaderSize+off]); err != nil {
+		return 0, fmt.Errorf("wal: truncate %s: %w", name, err)
+	}
+	return int64(off), nil
+}
+
+// validFrameFollows reports whether the bad frame at off claims a length that
+// ends inside frames at the start of a valid frame: the mark of a damaged
+// record in the middle of the log rather than a torn write at its end.
+func validFrameFollows(frames []byte, off int) bool {
+	if len(frames)-off < frameHeaderSize {
+		return false
+	}
+	n := int(uint32(frames[off]) | uint32(frames[off+1])<<8 | uint32(frames[off+2])<<16 | uint32(frames[off+3])<<24)
+	next := off + frameHeaderSize + n
+	if n > MaxPayload || next >= len(frames) {
+		return false
+	}
+	_, _, fe := decodeFrame(frames[next:])
+	return fe == frameOK
+}
