@@ -32,6 +32,9 @@ type Log struct {
 	activeEnd LSN
 	// activeFirst is the first LSN of the segment pending frames go to.
 	activeFirst LSN
+	// starts are the first LSNs of every segment, including those queued for
+	// creation, so SegmentOf can place any enqueued record.
+	starts []LSN
 	written     LSN // frames below are in the OS (write(2) returned)
 	synced      LSN // frames below are durable (fsync returned)
 	syncWanted  LSN // Sync callers want at least this much durable
@@ -66,7 +69,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	fs := opts.FS
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirAllDurably(fs, dir); err != nil {
 		return nil, fmt.Errorf("wal: create %s: %w", dir, err)
 	}
 	segs, err := listSegments(fs, dir)
@@ -108,6 +111,9 @@ func Open(dir string, opts Options) (*Log, error) {
 		l.active = f
 	}
 	l.segs = segs
+	for _, s := range segs {
+		l.starts = append(l.starts, s.first)
+	}
 	last := segs[len(segs)-1]
 	l.tail, l.activeEnd, l.activeFirst = last.end(), last.end(), last.first
 	l.written, l.synced, l.syncWanted = l.tail, l.tail, l.tail
@@ -171,6 +177,7 @@ func (l *Log) Enqueue(recs ...Record) (first, end LSN, err error) {
 			if roll {
 				l.activeFirst = l.tail
 				l.activeEnd = l.tail
+				l.starts = append(l.starts, l.tail)
 			}
 		}
 		c := &l.pending[len(l.pending)-1]
@@ -298,18 +305,16 @@ func (l *Log) Segments() []SegmentInfo {
 	return out
 }
 
-// SegmentOf returns the first LSN of the segment holding lsn.
+// SegmentOf returns the first LSN of the segment holding (or, for a record
+// still pending, bound to hold) lsn.
 func (l *Log) SegmentOf(lsn LSN) LSN {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if lsn >= l.activeFirst {
-		return l.activeFirst
-	}
-	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first > lsn }) - 1
+	i := sort.Search(len(l.starts), func(i int) bool { return l.starts[i] > lsn }) - 1
 	if i < 0 {
-		return 0
+		return l.starts[0]
 	}
-	return l.segs[i].first
+	return l.starts[i]
 }
 
 // writeLoop is the single writer: it takes every pending chunk, writes them,
@@ -333,6 +338,16 @@ func (l *Log) flushPending() {
 	l.mu.Lock()
 	chunks := l.pending
 	l.pending = nil
+	if l.err != nil {
+		// After a failed write or fsync nothing more is written: the file's
+		// state is unknown, and later frames would land at the wrong offsets.
+		for _, c := range chunks {
+			l.pendingBytes -= len(c.data)
+		}
+		l.cond.Broadcast()
+		l.mu.Unlock()
+		return
+	}
 	wantSync := l.opts.Sync == SyncAlways || l.syncWanted > l.synced
 	l.mu.Unlock()
 
@@ -390,7 +405,9 @@ func (l *Log) roll(first LSN) error {
 	if err := l.active.Sync(); err != nil {
 		return fmt.Errorf("wal: fsync segment before roll: %w", err)
 	}
-	if err := l.active.Close(); err != nil {
+	err := l.active.Close()
+	l.active = nil // closed even if Close failed; Log.Close must not close it again
+	if err != nil {
 		return fmt.Errorf("wal: close segment: %w", err)
 	}
 	// Everything before first is in segments that are now all fsynced.
@@ -449,7 +466,10 @@ func (l *Log) Close() error {
 	l.mu.Lock()
 	errs = append(errs, l.err)
 	l.mu.Unlock()
-	errs = append(errs, l.active.Close(), l.readers.closeAll())
+	if l.active != nil { // nil if a roll failed after closing it
+		errs = append(errs, l.active.Close())
+	}
+	errs = append(errs, l.readers.closeAll())
 	for _, e := range errs {
 		if e != nil {
 			return e

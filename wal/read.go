@@ -218,6 +218,7 @@ func (l *Log) TruncateFront(lsn LSN) error {
 	}
 	drop := append([]segment(nil), l.segs[:n]...)
 	l.segs = append(l.segs[:0:0], l.segs[n:]...)
+	l.starts = append(l.starts[:0:0], l.starts[n:]...)
 	l.mu.Unlock()
 	if n == 0 {
 		return nil

@@ -49,6 +49,10 @@ var (
 // frameSize is the bytes a record with this payload occupies in the log.
 func frameSize(payloadLen int) int64 { return frameHeaderSize + int64(payloadLen) }
 
+// FrameSize is the LSN distance from a record with this payload length to the
+// next record.
+func FrameSize(payloadLen int) LSN { return LSN(frameSize(payloadLen)) }
+
 // appendFrame appends r's frame to dst.
 func appendFrame(dst []byte, r Record) []byte {
 	var hdr [frameHeaderSize]byte

@@ -128,6 +128,33 @@ func writeFileAtomic(fs vfs.FS, dir, name string, data []byte) error {
 	return syncDir(fs, dir)
 }
 
+// mkdirAllDurably creates dir and any missing parents, and fsyncs the parent
+// of each directory it creates, so that a crash cannot lose the directory
+// (and every segment in it) after records were fsynced.
+func mkdirAllDurably(fs vfs.FS, dir string) error {
+	var parents []string
+	for d := dir; ; {
+		if _, err := fs.Stat(d); err == nil {
+			break
+		}
+		p := fs.PathDir(d)
+		parents = append(parents, p)
+		if p == d {
+			break
+		}
+		d = p
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range parents {
+		if err := syncDir(fs, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func syncDir(fs vfs.FS, dir string) error {
 	d, err := fs.OpenDir(dir)
 	if err != nil {

@@ -1,0 +1,58 @@
+// Package storage is diskque's job store: the AOF (package wal) as the only
+// redo log, and a Pebble index derived from it. It speaks the job lifecycle —
+// add, queue, deliver, requeue, nack, working, dequeue, ack, delete, pause —
+// and answers the reads a broker needs: a job by id, a queue in order from a
+// position, schedule events due before a time, and cursor scans of jobs and
+// queues.
+//
+// # The log is the truth
+//
+// Every operation is one AOF record and one Pebble batch, applied atomically
+// in the same order: under the store's lock the job is read, the transition
+// checked, the record enqueued in the AOF (which fixes its LSN) and the batch
+// applied. The batch also sets meta/applied to the record's end LSN. Pebble
+// runs without its own WAL, and it persists a memtable only after its
+// FlushBegin hook has fsynced the AOF, so the index on disk is always a
+// prefix of the operations whose records are durable. Open therefore replays
+// exactly the records after meta/applied, through the same transition
+// function that validated them live: the index is a function of the log.
+//
+// Bodies stay in the AOF (value separation); the index holds the LSN of the
+// ADD record that carries the body. Bodies of at least CompressThreshold
+// bytes are s2-compressed when that saves space.
+//
+// Checkpoint flushes the index and removes the front AOF segments that end
+// before the flushed applied LSN and carry no live body. A background loop
+// checkpoints every CheckpointInterval and after CheckpointBytes of AOF, so a
+// restart replays a short tail whatever the number of jobs. Close
+// checkpoints, so a clean restart replays nothing.
+//
+// # Keyspace
+//
+// See keys.go: j/ jobs, q/ queue order (ctime, id), s/ schedule (due, kind,
+// id), p/ pause states, c/ queued counts, g/ live bodies per AOF segment, m/
+// metadata (applied LSN, node id, format version, job count).
+//
+// # Invariants
+//
+//   - A job has a q/ key if and only if its state is queued.
+//   - A job has one s/ key per time it is waiting for: AwakeTime (delay),
+//     QueueTime (retry) and Etime (ttl), and no others.
+//   - The index on disk never reflects a record that is not durable in the
+//     AOF; after an AOF failure the index is fenced (it can no longer write
+//     files) and the store refuses every operation with ErrFailed until it is
+//     reopened.
+//   - An at-most-once job's delivery is fsynced before Deliver returns.
+//
+// # Concurrency
+//
+// A Store is safe for concurrent use. Operations serialise only for the
+// in-memory part of a commit and then wait for the AOF together, so
+// concurrent operations share one write and, under wal.SyncAlways, one fsync.
+// Reads do not take the commit lock except for the in-memory counters.
+//
+// # In memory
+//
+// Options{FS: vfs.NewMem()} keeps the whole store in memory: Disque's
+// appendonly-no behaviour, and the way to embed a real store in tests.
+package storage

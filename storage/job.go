@@ -1,0 +1,174 @@
+package storage
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"sync"
+
+	"github.com/diskque/diskque/wal"
+)
+
+// State is a job's lifecycle state (SPEC.md "Job model").
+type State uint8
+
+const (
+	// StateWaitRepl: added, waiting for synchronous replication.
+	StateWaitRepl State = 1
+	// StateActive: known to this node but not queued: delivered, delayed,
+	// or a replica's copy.
+	StateActive State = 2
+	// StateQueued: in this node's queue, deliverable.
+	StateQueued State = 3
+	// StateAcked: acknowledged, kept until every copy's owner confirms.
+	StateAcked State = 4
+)
+
+// String returns Disque's name for the state.
+func (s State) String() string {
+	switch s {
+	case StateWaitRepl:
+		return "wait-repl"
+	case StateActive:
+		return "active"
+	case StateQueued:
+		return "queued"
+	case StateAcked:
+		return "acked"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// Job is the index's record of one job. Times are Unix milliseconds unless
+// named otherwise; 0 means "none".
+type Job struct {
+	ID    string // 40 characters, see NewJobID
+	Queue string
+	State State
+	// Ctime orders the queue: milliseconds × 1,000,000, strictly increasing
+	// per node (see CtimeClock).
+	Ctime uint64
+	// Etime is the absolute expiry: at Etime the job is deleted in whatever
+	// state.
+	Etime int64
+	Delay uint32 // seconds
+	Retry uint32 // seconds; 0 = at-most-once
+	Repl  uint16 // replication factor
+	// Nacks counts NACKs; AdditionalDeliveries counts requeues after a
+	// delivery (SPEC.md "Requeue").
+	Nacks                uint32
+	AdditionalDeliveries uint32
+	// Deliveries counts GETJOB deliveries of this copy.
+	Deliveries uint32
+	// QueueTime is when an unacked job is queued again (0: never).
+	QueueTime int64
+	// AwakeTime is when an active job waiting for its DELAY (or a NACK
+	// DELAY) is queued (0: not waiting).
+	AwakeTime int64
+	// Nodes are the ids of the nodes that may hold a copy.
+	Nodes []string
+
+	// BodyLSN locates the ADD record holding the body in the AOF.
+	BodyLSN wal.LSN
+	// BodySize is the body's length as given; StoredSize its length in the
+	// AOF (smaller when compressed).
+	BodySize   uint32
+	StoredSize uint32
+}
+
+// CtimeMillis returns the wall-clock millisecond of the job's creation.
+func (j *Job) CtimeMillis() int64 { return int64(j.Ctime / 1_000_000) }
+
+// Delayed reports whether the job is waiting for its DELAY (or a NACK DELAY).
+func (j *Job) Delayed() bool { return j.State == StateActive && j.AwakeTime != 0 }
+
+// JobIDLen is the length of every job id.
+const JobIDLen = 40
+
+// ValidJobID checks what Disque checks of an id: length 40, the "D-" prefix
+// and '-' at offsets 10 and 35. Anything else is -BADID.
+func ValidJobID(id string) bool {
+	return len(id) == JobIDLen && id[0] == 'D' && id[1] == '-' && id[10] == '-' && id[35] == '-'
+}
+
+// NewJobID makes an id per SPEC.md: "D-", the first 8 hex digits of the node
+// id, "-", 144 random bits in base64, "-", and the TTL in minutes as 4 hex
+// digits (capped at 65535) whose lowest bit is 1 when retry > 0 and 0 for an
+// at-most-once job (retry == 0).
+func NewJobID(nodeID string, ttlSeconds, retrySeconds int64) string {
+	var b [JobIDLen]byte
+	b[0], b[1] = 'D', '-'
+	prefix := nodeID
+	if len(prefix) < 8 {
+		prefix += "00000000"
+	}
+	copy(b[2:10], prefix[:8])
+	b[10] = '-'
+	var rnd [18]byte
+	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails on Linux (Go ≥ 1.24)
+	base64.StdEncoding.Encode(b[11:35], rnd[:])
+	b[35] = '-'
+	mins := min(max(ttlSeconds/60, 0), 65535)
+	if retrySeconds > 0 {
+		mins |= 1
+	} else {
+		mins &^= 1
+	}
+	hex.Encode(b[36:40], []byte{byte(mins >> 8), byte(mins)})
+	return string(b[:])
+}
+
+// IDNodePrefix returns the 8 hex digits of the creating node's id that a job
+// id carries (clients route on them).
+func IDNodePrefix(id string) string { return id[2:10] }
+
+// IDAtMostOnce reports whether the id's TTL digits mark an at-most-once job
+// (RETRY 0).
+func IDAtMostOnce(id string) bool {
+	last := id[39]
+	var v byte
+	switch {
+	case last >= '0' && last <= '9':
+		v = last - '0'
+	case last >= 'a' && last <= 'f':
+		v = last - 'a' + 10
+	case last >= 'A' && last <= 'F':
+		v = last - 'A' + 10
+	}
+	return v&1 == 0
+}
+
+// NewNodeID returns a random 40-hex-digit node id.
+func NewNodeID() string {
+	var b [20]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// CtimeClock issues ctimes: milliseconds × 1,000,000, strictly increasing.
+// Two jobs in the same millisecond get consecutive values; a clock that steps
+// back never makes ctime go back. Safe for concurrent use.
+type CtimeClock struct {
+	mu   sync.Mutex
+	last uint64
+}
+
+// Next returns the ctime for a job created at nowMillis.
+func (c *CtimeClock) Next(nowMillis int64) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := uint64(max(nowMillis, 0)) * 1_000_000
+	if t <= c.last {
+		t = c.last + 1
+	}
+	c.last = t
+	return t
+}
+
+// Observe makes later ctimes sort after ctime (used after recovery).
+func (c *CtimeClock) Observe(ctime uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last = max(c.last, ctime)
+}

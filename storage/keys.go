@@ -1,0 +1,132 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// The keyspace (DESIGN.md "The log is the truth"). Integers are big-endian so
+// that byte order is numeric order.
+//
+//	j <id:40>                                  → job meta (encodeJob)
+//	q <len:2> <queue> <ctime:8> <id:40>         → ""   present iff the job is queued
+//	s <due:8> <kind:1> <id:40>                  → ""   schedule: delay, retry, ttl
+//	p <queue>                                   → pause state (1 byte)
+//	c <queue>                                   → queued count (uvarint), absent when 0
+//	g <segment first lsn:8>                     → live body bytes, live bodies (uvarints)
+//	m <name>                                    → store metadata (applied LSN, node id, …)
+const (
+	prefixJob      = 'j'
+	prefixQueue    = 'q'
+	prefixSchedule = 's'
+	prefixPause    = 'p'
+	prefixCount    = 'c'
+	prefixSegment  = 'g'
+	prefixMeta     = 'm'
+)
+
+var (
+	keyApplied = []byte("mapplied")
+	keyFormat  = []byte("mformat")
+	keyNodeID  = []byte("mnode")
+	keyJobs    = []byte("mjobs")
+)
+
+// formatVersion is written once; Open refuses an index of another version.
+const formatVersion = 1
+
+// EventKind is the kind of a schedule event.
+type EventKind uint8
+
+const (
+	// EventDelay: a delayed (or NACK DELAY) job is due to be queued.
+	EventDelay EventKind = 'd'
+	// EventRetry: an unacked job is due to be queued again.
+	EventRetry EventKind = 'r'
+	// EventTTL: the job expires.
+	EventTTL EventKind = 't'
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventDelay:
+		return "delay"
+	case EventRetry:
+		return "retry"
+	case EventTTL:
+		return "ttl"
+	}
+	return "unknown"
+}
+
+func jobKey(id string) []byte {
+	k := make([]byte, 0, 1+len(id))
+	return append(append(k, prefixJob), id...)
+}
+
+// queuePrefix is the prefix of every queue-order key of queue.
+func queuePrefix(queue string) []byte {
+	k := make([]byte, 0, 3+len(queue)+8+JobIDLen)
+	k = append(k, prefixQueue)
+	k = binary.BigEndian.AppendUint16(k, uint16(len(queue)))
+	return append(k, queue...)
+}
+
+func queueKey(queue string, ctime uint64, id string) []byte {
+	k := queuePrefix(queue)
+	k = binary.BigEndian.AppendUint64(k, ctime)
+	return append(k, id...)
+}
+
+// parseQueueKey returns the ctime and id of a queue-order key.
+func parseQueueKey(k []byte) (ctime uint64, id string, err error) {
+	if len(k) < 3 || k[0] != prefixQueue {
+		return 0, "", errBadKey
+	}
+	n := int(binary.BigEndian.Uint16(k[1:3]))
+	rest := k[3:]
+	if len(rest) != n+8+JobIDLen {
+		return 0, "", errBadKey
+	}
+	return binary.BigEndian.Uint64(rest[n : n+8]), string(rest[n+8:]), nil
+}
+
+func scheduleKey(due int64, kind EventKind, id string) []byte {
+	k := make([]byte, 0, 1+8+1+len(id))
+	k = append(k, prefixSchedule)
+	k = binary.BigEndian.AppendUint64(k, uint64(due))
+	k = append(k, byte(kind))
+	return append(k, id...)
+}
+
+func parseScheduleKey(k []byte) (Event, error) {
+	if len(k) != 1+8+1+JobIDLen || k[0] != prefixSchedule {
+		return Event{}, errBadKey
+	}
+	return Event{
+		Due:  int64(binary.BigEndian.Uint64(k[1:9])),
+		Kind: EventKind(k[9]),
+		ID:   string(k[10:]),
+	}, nil
+}
+
+func pauseKey(queue string) []byte { return append([]byte{prefixPause}, queue...) }
+func countKey(queue string) []byte { return append([]byte{prefixCount}, queue...) }
+
+func segmentKey(first uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{prefixSegment}, first)
+}
+
+var errBadKey = errors.New("storage: malformed index key")
+
+// prefixEnd returns the smallest key greater than every key with prefix p.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		end[i]++
+		if end[i] != 0 {
+			return end[:i+1]
+		}
+	}
+	return nil
+}

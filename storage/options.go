@@ -1,0 +1,116 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/wal"
+)
+
+// Options configure a Store. The zero value of a field means its default.
+type Options struct {
+	// FS holds the AOF and the index. Default vfs.Default (the OS);
+	// vfs.NewMem() gives a store that lives in memory only (appendonly no,
+	// and users' tests).
+	FS vfs.FS
+	// Sync is the AOF fsync policy. Default wal.SyncEverySec.
+	Sync wal.SyncPolicy
+	// SegmentSize is the AOF segment size. Default 64 MiB.
+	SegmentSize int64
+	// CompressThreshold: bodies of at least this many bytes are
+	// s2-compressed in the AOF when that saves space. Default 1024; negative
+	// disables compression.
+	CompressThreshold int
+	// MemTableSize is the index's memtable size. Default 64 MiB.
+	MemTableSize uint64
+	// CacheSize is the index's block cache. Default 64 MiB.
+	CacheSize int64
+	// CheckpointInterval is how often the index is flushed and the AOF
+	// truncated in the background. Default 1 minute; negative disables the
+	// background checkpoint (Checkpoint can still be called).
+	CheckpointInterval time.Duration
+	// CheckpointBytes triggers a checkpoint once this many AOF bytes were
+	// appended since the last one, bounding the replay at restart. Default
+	// 256 MiB.
+	CheckpointBytes int64
+	// Logger receives recovery progress and errors. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultOptions returns the options a server uses.
+func DefaultOptions() Options {
+	o := Options{}
+	o.EnsureDefaults()
+	return o
+}
+
+// TestingOptions returns options for tests: a crashable in-memory
+// filesystem, small segments, SyncAlways, no background checkpoint.
+func TestingOptions() Options {
+	o := Options{
+		FS:                 vfs.NewCrashableMem(),
+		Sync:               wal.SyncAlways,
+		SegmentSize:        64 << 10,
+		MemTableSize:       1 << 20,
+		CacheSize:          1 << 20,
+		CheckpointInterval: -1,
+	}
+	o.EnsureDefaults()
+	return o
+}
+
+// EnsureDefaults fills in every zero field with its default.
+func (o *Options) EnsureDefaults() {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.SegmentSize == 0 {
+		o.SegmentSize = 64 << 20
+	}
+	if o.CompressThreshold == 0 {
+		o.CompressThreshold = 1024
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = 64 << 20
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = 64 << 20
+	}
+	if o.CheckpointInterval == 0 {
+		o.CheckpointInterval = time.Minute
+	}
+	if o.CheckpointBytes == 0 {
+		o.CheckpointBytes = 256 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports every invalid field.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.MemTableSize < 64<<10 || o.MemTableSize >= 4<<30 {
+		errs = append(errs, fmt.Errorf("storage: MemTableSize %d outside [64 KiB, 4 GiB)", o.MemTableSize))
+	}
+	if o.CacheSize < 0 {
+		errs = append(errs, fmt.Errorf("storage: negative CacheSize %d", o.CacheSize))
+	}
+	if o.CheckpointBytes < 0 {
+		errs = append(errs, fmt.Errorf("storage: negative CheckpointBytes %d", o.CheckpointBytes))
+	}
+	w := o.walOptions()
+	if err := w.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (o *Options) walOptions() wal.Options {
+	w := wal.Options{FS: o.FS, SegmentSize: o.SegmentSize, Sync: o.Sync, Logger: o.Logger}
+	w.EnsureDefaults()
+	return w
+}

@@ -1,0 +1,250 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/diskque/diskque/wal"
+)
+
+// Reads see every operation that has returned, and possibly operations still
+// waiting for their fsync: state is visible once applied, durable once its
+// record is. Callers that reply to clients reply only after their own
+// operation returned, and the AOF is ordered, so nothing a client is told
+// depends on state that a crash could lose. All reads are safe for concurrent
+// use with each other and with the operations.
+
+// Job returns the job with id, or ErrNotFound.
+func (s *Store) Job(id string) (*Job, error) {
+	if len(id) != JobIDLen {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	j, err := s.getJob(s.db, id)
+	if err != nil {
+		return nil, err
+	}
+	if j == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return j, nil
+}
+
+// Body reads a job's body from the AOF, checking the record's checksum.
+func (s *Store) Body(j *Job) ([]byte, error) {
+	r, err := s.log.Read(j.BodyLSN)
+	if err != nil {
+		return nil, fmt.Errorf("storage: body of %s: %w", j.ID, err)
+	}
+	if r.Type != recAdd {
+		return nil, fmt.Errorf("storage: body of %s: lsn %d holds a type %d record", j.ID, j.BodyLSN, r.Type)
+	}
+	o, err := decodeOp(r.Type, r.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("storage: body of %s: %w", j.ID, err)
+	}
+	if o.id != j.ID {
+		return nil, fmt.Errorf("storage: body of %s: lsn %d holds job %s", j.ID, j.BodyLSN, o.id)
+	}
+	return decompressBody(o.body, o.compressed, o.job.BodySize)
+}
+
+// QueuePos is a position in a queue's order: ctime, then id.
+type QueuePos struct {
+	Ctime uint64
+	ID    string
+}
+
+// QueueRange returns up to limit queued entries of queue in order, oldest
+// first, strictly after the position after (the zero QueuePos starts at the
+// oldest).
+func (s *Store) QueueRange(queue string, after QueuePos, limit int) ([]QueuePos, error) {
+	prefix := queuePrefix(queue)
+	lower := prefix
+	if after != (QueuePos{}) {
+		lower = append(queueKey(queue, after.Ctime, after.ID), 0)
+	}
+	return s.queueScan(prefix, lower, limit, false)
+}
+
+// QueueNewest returns up to limit queued entries of queue, newest first.
+func (s *Store) QueueNewest(queue string, limit int) ([]QueuePos, error) {
+	prefix := queuePrefix(queue)
+	return s.queueScan(prefix, prefix, limit, true)
+}
+
+func (s *Store) queueScan(prefix, lower []byte, limit int, reverse bool) ([]QueuePos, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return nil, err
+	}
+	var out []QueuePos
+	step, ok := it.Next, it.First()
+	if reverse {
+		step, ok = it.Prev, it.Last()
+	}
+	for ; ok && len(out) < limit; ok = step() {
+		ctime, id, err := parseQueueKey(it.Key())
+		if err != nil {
+			it.Close()
+			return nil, err
+		}
+		out = append(out, QueuePos{Ctime: ctime, ID: id})
+	}
+	return out, errors.Join(it.Error(), it.Close())
+}
+
+// DueEvents returns up to limit schedule events due before the time before
+// (Unix ms), in (due, kind, id) order, strictly after the event after (the
+// zero Event starts at the earliest).
+func (s *Store) DueEvents(before int64, after Event, limit int) ([]Event, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	lower := []byte{prefixSchedule}
+	if after != (Event{}) {
+		lower = append(scheduleKey(after.Due, after.Kind, after.ID), 0)
+	}
+	upper := scheduleKey(before, 0, "")
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, err
+	}
+	var out []Event
+	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
+		e, err := parseScheduleKey(it.Key())
+		if err != nil {
+			it.Close()
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, errors.Join(it.Error(), it.Close())
+}
+
+// ScanJobs returns up to limit jobs in id order, with ids strictly greater
+// than after ("" starts at the first). Pass the last id returned to go on; an
+// empty result ends the scan. Jobs present for the whole scan are returned
+// exactly once.
+func (s *Store) ScanJobs(after string, limit int) ([]*Job, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	lower := []byte{prefixJob}
+	if after != "" {
+		lower = append(jobKey(after), 0)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: []byte{prefixJob + 1}})
+	if err != nil {
+		return nil, err
+	}
+	var out []*Job
+	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
+		j, err := decodeJob(it.Value())
+		if err != nil {
+			it.Close()
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, errors.Join(it.Error(), it.Close())
+}
+
+// QueueInfo describes one queue.
+type QueueInfo struct {
+	Name  string
+	Len   int64 // queued jobs
+	Pause PauseState
+}
+
+// QueueLen returns the number of queued jobs in queue (0 if unknown).
+func (s *Store) QueueLen(queue string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queued[queue]
+}
+
+// PauseState returns the queue's pause state.
+func (s *Store) PauseState(queue string) PauseState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paused[queue]
+}
+
+// Queues returns up to limit queues that have queued jobs or a pause state,
+// in name order, with names strictly greater than after.
+func (s *Store) Queues(after string, limit int) []QueueInfo {
+	s.mu.Lock()
+	names := make([]string, 0, len(s.queued)+len(s.paused))
+	for q := range s.queued {
+		if q > after {
+			names = append(names, q)
+		}
+	}
+	for q := range s.paused {
+		if _, dup := s.queued[q]; !dup && q > after {
+			names = append(names, q)
+		}
+	}
+	slices.Sort(names)
+	if len(names) > limit {
+		names = names[:max(limit, 0)]
+	}
+	out := make([]QueueInfo, len(names))
+	for i, q := range names {
+		out[i] = QueueInfo{Name: q, Len: s.queued[q], Pause: s.paused[q]}
+	}
+	s.mu.Unlock()
+	return out
+}
+
+// Stats is a snapshot of the store's counters.
+type Stats struct {
+	Jobs     int64 // registered jobs
+	Queues   int   // queues with queued jobs
+	Queued   int64 // queued jobs, all queues
+	Applied  wal.LSN
+	Segments []SegmentStats
+}
+
+// SegmentStats describes one AOF segment.
+type SegmentStats struct {
+	Name       string
+	Size       int64
+	LiveBodies int64
+	LiveBytes  int64
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	segs := s.log.Segments()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{Jobs: s.jobs, Queues: len(s.queued), Applied: s.applied}
+	for _, n := range s.queued {
+		st.Queued += n
+	}
+	for _, seg := range segs {
+		l := s.segments[seg.First]
+		st.Segments = append(st.Segments, SegmentStats{Name: seg.Name, Size: seg.Size, LiveBodies: l.bodies, LiveBytes: l.bytes})
+	}
+	return st
+}
+
+// NodeID returns this store's node id: 40 hex digits, made when the store was
+// created and kept across restarts.
+func (s *Store) NodeID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nodeID
+}
+
+// Sync makes every operation that has returned durable, whatever the fsync
+// policy.
+func (s *Store) Sync() error {
+	return s.log.Sync()
+}

@@ -1,0 +1,128 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+func newTestJob(node, queue string, ctime uint64, retry uint32) *Job {
+	return &Job{
+		ID:    NewJobID(node, 3600, int64(retry)),
+		Queue: queue,
+		State: StateQueued,
+		Ctime: ctime,
+		Etime: int64(ctime/1_000_000) + 3_600_000,
+		Retry: retry,
+		Repl:  1,
+	}
+}
+
+func mustOpen(t *testing.T, fs vfs.FS) *Store {
+	t.Helper()
+	opts := TestingOptions()
+	opts.FS = fs
+	s, err := Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestLifecycleSurvivesReopen(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	s := mustOpen(t, fs)
+	node := s.NodeID()
+	if len(node) != 40 {
+		t.Fatalf("node id %q", node)
+	}
+	var ids []string
+	big := bytes.Repeat([]byte("compressible "), 200)
+	for i := 0; i < 100; i++ {
+		j := newTestJob(node, "q1", uint64(1000+i)*1_000_000, 60)
+		j.QueueTime = 2000 + int64(i)
+		body := []byte(fmt.Sprintf("body-%d", i))
+		if i%10 == 0 {
+			body = big
+		}
+		if err := s.Add(j, body); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	if _, err := s.Deliver(ids[0], 5000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Deliver(ids[0], 5000); !errors.Is(err, ErrWrongState) {
+		t.Fatalf("second deliver: %v", err)
+	}
+	if _, err := s.Ack(ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pause("q1", PauseOut); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.QueueLen("q1"); got != 97 {
+		t.Fatalf("qlen %d", got)
+	}
+	check := func(s *Store) {
+		t.Helper()
+		if got := s.QueueLen("q1"); got != 97 {
+			t.Fatalf("qlen %d", got)
+		}
+		if s.PauseState("q1") != PauseOut {
+			t.Fatalf("pause %v", s.PauseState("q1"))
+		}
+		if s.NodeID() != node {
+			t.Fatalf("node id changed")
+		}
+		j, err := s.Job(ids[0])
+		if err != nil || j.State != StateActive || j.Deliveries != 1 || j.QueueTime != 5000 {
+			t.Fatalf("delivered job: %+v %v", j, err)
+		}
+		if j, err := s.Job(ids[1]); err != nil || j.State != StateAcked {
+			t.Fatalf("acked job: %+v %v", j, err)
+		}
+		if _, err := s.Job(ids[2]); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("deleted job: %v", err)
+		}
+		j, _ = s.Job(ids[10])
+		body, err := s.Body(j)
+		if err != nil || !bytes.Equal(body, big) || j.StoredSize >= j.BodySize {
+			t.Fatalf("compressed body: %v stored %d size %d", err, j.StoredSize, j.BodySize)
+		}
+		pos, err := s.QueueRange("q1", QueuePos{}, 5)
+		if err != nil || len(pos) != 5 || pos[0].ID != ids[3] || pos[4].ID != ids[7] {
+			t.Fatalf("queue range %v %v", pos, err)
+		}
+		pos, _ = s.QueueRange("q1", pos[4], 1)
+		if pos[0].ID != ids[8] {
+			t.Fatalf("queue range after: %v", pos)
+		}
+		pos, _ = s.QueueNewest("q1", 1)
+		if pos[0].ID != ids[99] {
+			t.Fatalf("newest %v", pos)
+		}
+	}
+	check(s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, fs)
+	if ri := s.RecoveryInfo(); ri.Records != 0 {
+		t.Fatalf("clean reopen replayed %d records", ri.Records)
+	}
+	check(s)
+	// Crash without a checkpoint: everything replays from the log.
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+	s2 := mustOpen(t, crashed)
+	check(s2)
+	s2.Close()
+	s.Close()
+}
