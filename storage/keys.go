@@ -3,6 +3,9 @@ package storage
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
+
+	"github.com/diskque/diskque/wal"
 )
 
 // The keyspace (DESIGN.md "The log is the truth"). Integers are big-endian so
@@ -26,11 +29,28 @@ const (
 )
 
 var (
-	keyApplied = []byte("mapplied")
-	keyFormat  = []byte("mformat")
-	keyNodeID  = []byte("mnode")
-	keyJobs    = []byte("mjobs")
+	// keyState holds the applied LSN (8 bytes) and the job count (uvarint),
+	// written together once per batch.
+	keyState  = []byte("mstate")
+	keyFormat = []byte("mformat")
+	keyNodeID = []byte("mnode")
 )
+
+func encodeState(applied wal.LSN, jobs int64) []byte {
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(applied))
+	return binary.AppendUvarint(v, uint64(jobs))
+}
+
+func decodeState(v []byte) (wal.LSN, int64, error) {
+	if len(v) < 9 {
+		return 0, 0, fmt.Errorf("storage: malformed state key")
+	}
+	jobs, n := binary.Uvarint(v[8:])
+	if n <= 0 || 8+n != len(v) {
+		return 0, 0, fmt.Errorf("storage: malformed state key")
+	}
+	return wal.LSN(binary.BigEndian.Uint64(v)), int64(jobs), nil
+}
 
 // formatVersion is written once; Open refuses an index of another version.
 const formatVersion = 1

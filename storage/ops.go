@@ -11,24 +11,20 @@ import (
 // (fsynced under wal.SyncAlways). Times are Unix milliseconds chosen by the
 // caller, so that the log replays to exactly the same state. A job operation
 // on an unknown id returns ErrNotFound; one that does not apply to the job's
-// state returns ErrWrongState; in both cases nothing is written.
+// state returns ErrWrongState; in both cases nothing is written. Batch offers
+// the same operations to commit several under one lock and one index batch.
 
 // Add stores a new job with its body. j.State must be StateQueued (queued at
 // once), StateActive with AwakeTime set (delayed) or StateWaitRepl. The body
 // goes to the AOF (compressed past CompressThreshold); the index keeps its
-// location. j's BodyLSN and sizes are filled in.
+// location. On success *j is updated to the stored job (BodyLSN and sizes
+// filled in, counters zero).
 func (s *Store) Add(j *Job, body []byte) error {
-	if err := validateNew(j); err != nil {
+	o, err := s.addOp(j, body)
+	if err != nil {
 		return err
 	}
-	if len(body) > wal.MaxPayload-64-len(j.Queue)-64*len(j.Nodes) {
-		return fmt.Errorf("%w: body of %d bytes is too large", ErrInvalidJob, len(body))
-	}
-	stored, compressed := compressBody(body, s.opts.CompressThreshold)
-	jc := *j
-	jc.Nacks, jc.AdditionalDeliveries, jc.Deliveries = 0, 0, 0
-	jc.BodySize = uint32(len(body))
-	nj, err := s.commitOp(&op{typ: recAdd, id: j.ID, job: &jc, body: stored, compressed: compressed})
+	nj, err := s.commitOne(o)
 	if err != nil {
 		return err
 	}
@@ -36,11 +32,26 @@ func (s *Store) Add(j *Job, body []byte) error {
 	return nil
 }
 
+func (s *Store) addOp(j *Job, body []byte) (*op, error) {
+	if err := validateNew(j); err != nil {
+		return nil, err
+	}
+	if len(body) > wal.MaxPayload-64-len(j.Queue)-64*len(j.Nodes) {
+		return nil, fmt.Errorf("%w: body of %d bytes is too large", ErrInvalidJob, len(body))
+	}
+	stored, compressed := compressBody(body, s.opts.CompressThreshold)
+	jc := *j
+	jc.Nacks, jc.AdditionalDeliveries, jc.Deliveries = 0, 0, 0
+	jc.BodySize = uint32(len(body))
+	jc.BodyLSN, jc.StoredSize = 0, 0
+	return &op{typ: recAdd, id: j.ID, job: &jc, body: stored, compressed: compressed}, nil
+}
+
 // Queue puts an active (delayed, delivered, replicated) or wait-repl job in
 // its queue, with its next requeue at qtime (ignored for RETRY 0 jobs): the
 // DELAY ran out, ENQUEUE, or replication completed.
 func (s *Store) Queue(id string, qtime int64) (*Job, error) {
-	return s.jobOp(&op{typ: recQueue, id: id, qtime: qtime})
+	return s.jobOp(queueOp(id, qtime))
 }
 
 // Deliver takes a queued job out of its queue for a consumer (GETJOB) and
@@ -48,25 +59,25 @@ func (s *Store) Queue(id string, qtime int64) (*Job, error) {
 // returns only once the delivery is fsynced, whatever the policy, so a crash
 // can never deliver it twice.
 func (s *Store) Deliver(id string, qtime int64) (*Job, error) {
-	return s.jobOp(&op{typ: recDeliver, id: id, qtime: qtime})
+	return s.jobOp(deliverOp(id, qtime))
 }
 
 // Requeue queues an active job again because its retry time came: its
 // additional-deliveries counter grows if it had been delivered.
 func (s *Store) Requeue(id string, qtime int64) (*Job, error) {
-	return s.jobOp(&op{typ: recRequeue, id: id, qtime: qtime})
+	return s.jobOp(requeueOp(id, qtime))
 }
 
 // Nack returns a delivered (active) job: nacks + 1, then queued again with
 // its next requeue at qtime, or, if awake is not 0, kept waiting until awake
 // like a delayed job (NACK … DELAY).
 func (s *Store) Nack(id string, qtime, awake int64) (*Job, error) {
-	return s.jobOp(&op{typ: recNack, id: id, qtime: qtime, awake: awake})
+	return s.jobOp(nackOp(id, qtime, awake))
 }
 
 // Working postpones a job's next requeue to qtime (WORKING).
 func (s *Store) Working(id string, qtime int64) (*Job, error) {
-	return s.jobOp(&op{typ: recWorking, id: id, qtime: qtime})
+	return s.jobOp(workingOp(id, qtime))
 }
 
 // Dequeue takes a queued job out of its queue without delivering it.
@@ -89,16 +100,82 @@ func (s *Store) Delete(id string) error {
 
 // Pause sets a queue's pause state; it survives restarts.
 func (s *Store) Pause(queue string, p PauseState) error {
-	if queue == "" || len(queue) > MaxQueueNameLen || p > PauseAll {
-		return fmt.Errorf("%w: bad pause request", ErrInvalidJob)
+	o, err := pauseOp(queue, p)
+	if err != nil {
+		return err
 	}
-	_, err := s.commitOp(&op{typ: recPause, queue: queue, pause: p})
+	_, err = s.commitOne(o)
 	return err
+}
+
+func queueOp(id string, qtime int64) *op   { return &op{typ: recQueue, id: id, qtime: qtime} }
+func deliverOp(id string, qtime int64) *op { return &op{typ: recDeliver, id: id, qtime: qtime} }
+func requeueOp(id string, qtime int64) *op { return &op{typ: recRequeue, id: id, qtime: qtime} }
+func workingOp(id string, qtime int64) *op { return &op{typ: recWorking, id: id, qtime: qtime} }
+func nackOp(id string, qtime, awake int64) *op {
+	return &op{typ: recNack, id: id, qtime: qtime, awake: awake}
+}
+
+func pauseOp(queue string, p PauseState) (*op, error) {
+	if queue == "" || len(queue) > MaxQueueNameLen || p > PauseAll {
+		return nil, fmt.Errorf("%w: bad pause request for queue %q", ErrInvalidJob, queue)
+	}
+	return &op{typ: recPause, queue: queue, pause: p}, nil
 }
 
 func (s *Store) jobOp(o *op) (*Job, error) {
 	if len(o.id) != JobIDLen {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, o.id)
 	}
-	return s.commitOp(o)
+	return s.commitOne(o)
 }
+
+// NewBatch returns an empty batch for s.
+func (s *Store) NewBatch() *Batch { return &Batch{s: s} }
+
+// Add adds a job to the batch; an invalid job is refused at once.
+func (b *Batch) Add(j *Job, body []byte) error {
+	o, err := b.s.addOp(j, body)
+	if err != nil {
+		return err
+	}
+	b.ops = append(b.ops, o)
+	return nil
+}
+
+// Queue adds a Store.Queue to the batch.
+func (b *Batch) Queue(id string, qtime int64) { b.job(queueOp(id, qtime)) }
+
+// Deliver adds a Store.Deliver to the batch.
+func (b *Batch) Deliver(id string, qtime int64) { b.job(deliverOp(id, qtime)) }
+
+// Requeue adds a Store.Requeue to the batch.
+func (b *Batch) Requeue(id string, qtime int64) { b.job(requeueOp(id, qtime)) }
+
+// Nack adds a Store.Nack to the batch.
+func (b *Batch) Nack(id string, qtime, awake int64) { b.job(nackOp(id, qtime, awake)) }
+
+// Working adds a Store.Working to the batch.
+func (b *Batch) Working(id string, qtime int64) { b.job(workingOp(id, qtime)) }
+
+// Dequeue adds a Store.Dequeue to the batch.
+func (b *Batch) Dequeue(id string) { b.job(&op{typ: recDequeue, id: id}) }
+
+// Ack adds a Store.Ack to the batch.
+func (b *Batch) Ack(id string) { b.job(&op{typ: recAck, id: id}) }
+
+// Delete adds a Store.Delete to the batch.
+func (b *Batch) Delete(id string) { b.job(&op{typ: recDel, id: id}) }
+
+// Pause adds a Store.Pause to the batch; a bad request is refused at once.
+func (b *Batch) Pause(queue string, p PauseState) error {
+	o, err := pauseOp(queue, p)
+	if err != nil {
+		return err
+	}
+	b.ops = append(b.ops, o)
+	return nil
+}
+
+// job adds a job operation; a malformed id fails with ErrNotFound at Commit.
+func (b *Batch) job(o *op) { b.ops = append(b.ops, o) }

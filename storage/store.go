@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/diskque/diskque/internal/durable"
 	"github.com/diskque/diskque/wal"
 )
@@ -37,7 +38,10 @@ type Store struct {
 	paused   map[string]PauseState   // non-none pause states
 	segments map[wal.LSN]segmentLive // live bodies per AOF segment
 	jobs     int64
-	nodeID   string
+	// Counters changed since the last commitBatch, which writes them.
+	dirtyQueues   map[string]struct{}
+	dirtySegments map[wal.LSN]struct{}
+	nodeID        string
 
 	ckptMu       sync.Mutex // one checkpoint at a time
 	lastCkptEnd  wal.LSN    // AOF end at the last checkpoint
@@ -85,15 +89,17 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("storage: lock %s (is another server using it?): %w", dir, err)
 	}
 	s := &Store{
-		opts:     opts,
-		dir:      dir,
-		lock:     lock,
-		queued:   map[string]int64{},
-		paused:   map[string]PauseState{},
-		segments: map[wal.LSN]segmentLive{},
-		ckptKick: make(chan struct{}, 1),
-		ckptStop: make(chan struct{}),
-		ckptDone: make(chan struct{}),
+		opts:          opts,
+		dir:           dir,
+		lock:          lock,
+		queued:        map[string]int64{},
+		paused:        map[string]PauseState{},
+		segments:      map[wal.LSN]segmentLive{},
+		dirtyQueues:   map[string]struct{}{},
+		dirtySegments: map[wal.LSN]struct{}{},
+		ckptKick:      make(chan struct{}, 1),
+		ckptStop:      make(chan struct{}),
+		ckptDone:      make(chan struct{}),
 	}
 	if err := s.open(); err != nil {
 		s.closeFiles()
@@ -127,6 +133,11 @@ func (s *Store) open() error {
 			},
 		},
 	}
+	// Every Add checks that its id is new, and ids are random: bloom filters
+	// answer those misses without reading blocks.
+	for i := range popts.Levels {
+		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
 	cache := pebble.NewCache(s.opts.CacheSize)
 	defer cache.Unref()
 	popts.Cache = cache
@@ -142,7 +153,7 @@ func (s *Store) open() error {
 	}
 	s.lastCkptEnd = s.log.End()
 	if s.nodeID == "" {
-		if _, err := s.commitOp(&op{typ: recNode, node: NewNodeID()}); err != nil {
+		if _, err := s.commitOne(&op{typ: recNode, node: NewNodeID()}); err != nil {
 			return err
 		}
 	}
@@ -163,21 +174,17 @@ func (s *Store) loadMeta() error {
 	} else if ver, _ := binary.Uvarint(v); ver != formatVersion {
 		return fmt.Errorf("storage: index format %d, this build reads %d", ver, formatVersion)
 	}
-	if v, err = s.get(s.db, keyApplied); err != nil {
+	if v, err = s.get(s.db, keyState); err != nil {
 		return err
 	} else if v != nil {
-		s.applied = wal.LSN(binary.BigEndian.Uint64(v))
+		if s.applied, s.jobs, err = decodeState(v); err != nil {
+			return err
+		}
 	}
 	if v, err = s.get(s.db, keyNodeID); err != nil {
 		return err
 	} else if v != nil {
 		s.nodeID = string(v)
-	}
-	if v, err = s.get(s.db, keyJobs); err != nil {
-		return err
-	} else if v != nil {
-		n, _ := binary.Uvarint(v)
-		s.jobs = int64(n)
 	}
 	err = s.scanPrefix([]byte{prefixCount}, func(k, v []byte) error {
 		n, _ := binary.Uvarint(v)
@@ -230,19 +237,19 @@ func (s *Store) replay() error {
 		if err != nil {
 			return fmt.Errorf("storage: aof record at lsn %d: %w", lsn, err)
 		}
-		old, nj, err := s.resolve(b, o)
+		old, nj, err := s.resolve(b, nil, o)
 		if err == nil {
-			err = s.write(b, o, old, nj, lsn, lsn+wal.FrameSize(len(r.Payload)))
+			err = s.write(b, o, old, nj, lsn)
 		}
 		if err != nil {
 			return fmt.Errorf("storage: replay lsn %d: %w", lsn, err)
 		}
+		s.applied = lsn + wal.FrameSize(len(r.Payload))
 		n++
 		if b.Len() > 16<<20 {
-			if err := b.Commit(pebble.NoSync); err != nil {
+			if err := s.commitBatch(b); err != nil {
 				return err
 			}
-			b.Close()
 			b = s.db.NewIndexedBatch()
 		}
 		if time.Since(lastLog) > 2*time.Second {
@@ -252,9 +259,10 @@ func (s *Store) replay() error {
 		return nil
 	})
 	if err == nil {
-		err = b.Commit(pebble.NoSync)
+		err = s.commitBatch(b)
+	} else {
+		b.Close()
 	}
-	b.Close()
 	if err != nil {
 		return err
 	}
@@ -265,216 +273,6 @@ func (s *Store) replay() error {
 
 // RecoveryInfo tells what Open replayed.
 func (s *Store) RecoveryInfo() RecoveryInfo { return s.recoveryInfo }
-
-// resolve reads the job a record concerns (through r: the DB for live
-// operations, the replay batch during recovery) and computes its next state
-// with transition. Records that are not about one job resolve to nil, nil.
-func (s *Store) resolve(r pebble.Reader, o *op) (old, nj *Job, err error) {
-	switch o.typ {
-	case recNode, recPause:
-		return nil, nil, nil
-	case recAdd:
-		old, err = s.getJob(r, o.id)
-		j := *o.job
-		j.StoredSize = uint32(len(o.body))
-		return old, &j, err
-	}
-	if old, err = s.getJob(r, o.id); err != nil || old == nil {
-		return old, nil, err
-	}
-	nj, err = transition(old, o)
-	return old, nj, err
-}
-
-// write adds a resolved record's effects to b and advances the applied LSN.
-// Live operations and replay both end here, so the index is a function of the
-// log alone.
-func (s *Store) write(b *pebble.Batch, o *op, old, nj *Job, lsn, end wal.LSN) error {
-	switch o.typ {
-	case recNode:
-		s.nodeID = o.node
-		if err := b.Set(keyNodeID, []byte(o.node), nil); err != nil {
-			return err
-		}
-	case recPause:
-		if o.pause == PauseNone {
-			delete(s.paused, o.queue)
-			if err := b.Delete(pauseKey(o.queue), nil); err != nil {
-				return err
-			}
-		} else {
-			s.paused[o.queue] = o.pause
-			if err := b.Set(pauseKey(o.queue), []byte{byte(o.pause)}, nil); err != nil {
-				return err
-			}
-		}
-	default:
-		if o.typ == recAdd {
-			nj.BodyLSN = lsn
-		}
-		// A transition of a job deleted earlier in the log resolves to
-		// nothing: there is nothing to write.
-		if old != nil || nj != nil {
-			if err := s.putJob(b, old, nj); err != nil {
-				return err
-			}
-		}
-	}
-	s.applied = end
-	return b.Set(keyApplied, binary.BigEndian.AppendUint64(nil, uint64(end)), nil)
-}
-
-// putJob writes the index changes that take a job from old to nj (either may
-// be nil) and updates the derived counters.
-func (s *Store) putJob(b *pebble.Batch, old, nj *Job) error {
-	var errs []error
-	set := func(k, v []byte) { errs = append(errs, b.Set(k, v, nil)) }
-	del := func(k []byte) { errs = append(errs, b.Delete(k, nil)) }
-
-	if nj != nil {
-		set(jobKey(nj.ID), encodeJob(nil, nj))
-	} else {
-		del(jobKey(old.ID))
-	}
-	// Queue order.
-	wasQueued := old != nil && old.State == StateQueued
-	isQueued := nj != nil && nj.State == StateQueued
-	if wasQueued && (!isQueued || old.Queue != nj.Queue || old.Ctime != nj.Ctime) {
-		del(queueKey(old.Queue, old.Ctime, old.ID))
-		s.addQueued(b, old.Queue, -1)
-	}
-	if isQueued && (!wasQueued || old.Queue != nj.Queue || old.Ctime != nj.Ctime) {
-		set(queueKey(nj.Queue, nj.Ctime, nj.ID), nil)
-		s.addQueued(b, nj.Queue, +1)
-	}
-	// Schedule.
-	oldEv, on := events(old)
-	newEv, nn := events(nj)
-	for _, e := range oldEv[:on] {
-		if !containsEvent(newEv[:nn], e) {
-			del(scheduleKey(e.Due, e.Kind, e.ID))
-		}
-	}
-	for _, e := range newEv[:nn] {
-		if !containsEvent(oldEv[:on], e) {
-			set(scheduleKey(e.Due, e.Kind, e.ID), nil)
-		}
-	}
-	// Job count and the body's segment.
-	switch {
-	case old == nil && nj != nil:
-		s.jobs++
-		set(keyJobs, binary.AppendUvarint(nil, uint64(s.jobs)))
-		s.addLive(b, nj, +1)
-	case old != nil && nj == nil:
-		s.jobs--
-		set(keyJobs, binary.AppendUvarint(nil, uint64(s.jobs)))
-		s.addLive(b, old, -1)
-	case old != nil && nj != nil && old.BodyLSN != nj.BodyLSN:
-		s.addLive(b, old, -1)
-		s.addLive(b, nj, +1)
-	}
-	return errors.Join(errs...)
-}
-
-func containsEvent(evs []Event, e Event) bool {
-	for _, x := range evs {
-		if x == e {
-			return true
-		}
-	}
-	return false
-}
-
-func (s *Store) addQueued(b *pebble.Batch, queue string, delta int64) {
-	n := s.queued[queue] + delta
-	if n <= 0 {
-		delete(s.queued, queue)
-		_ = b.Delete(countKey(queue), nil)
-		return
-	}
-	s.queued[queue] = n
-	_ = b.Set(countKey(queue), binary.AppendUvarint(nil, uint64(n)), nil)
-}
-
-func (s *Store) addLive(b *pebble.Batch, j *Job, sign int64) {
-	seg := s.log.SegmentOf(j.BodyLSN)
-	l := s.segments[seg]
-	l.bodies += sign
-	l.bytes += sign * int64(j.StoredSize)
-	if l.bodies <= 0 {
-		delete(s.segments, seg)
-		_ = b.Delete(segmentKey(uint64(seg)), nil)
-		return
-	}
-	s.segments[seg] = l
-	v := binary.AppendUvarint(nil, uint64(l.bodies))
-	_ = b.Set(segmentKey(uint64(seg)), binary.AppendUvarint(v, uint64(l.bytes)), nil)
-}
-
-// commitOp validates, logs and applies one record, and returns the job as it
-// is after the record (nil for records that are not about one job, and for
-// deletes) once the record is written per the fsync policy.
-func (s *Store) commitOp(o *op) (*Job, error) {
-	s.mu.Lock()
-	if err := s.usableLocked(); err != nil {
-		s.mu.Unlock()
-		return nil, err
-	}
-	old, nj, err := s.resolve(s.db, o)
-	switch {
-	case err != nil:
-	case o.typ == recAdd && old != nil:
-		err = fmt.Errorf("%w: %s", ErrExists, o.id)
-	case o.typ != recAdd && o.id != "" && old == nil:
-		err = fmt.Errorf("%w: %s", ErrNotFound, o.id)
-	}
-	if err != nil {
-		s.mu.Unlock()
-		return nil, err
-	}
-	s.scratch = encodeOp(s.scratch[:0], o)
-	lsn, end, err := s.log.Enqueue(wal.Record{Type: o.typ, Payload: s.scratch})
-	if err != nil {
-		s.failLocked(err)
-		s.mu.Unlock()
-		return nil, err
-	}
-	b := s.db.NewBatch()
-	err = s.write(b, o, old, nj, lsn, end)
-	if err == nil {
-		err = b.Commit(pebble.NoSync)
-	}
-	b.Close()
-	if err != nil {
-		// The record is in the log but not in the index: only a reopen
-		// (which replays it) makes them agree again.
-		s.failLocked(fmt.Errorf("storage: apply lsn %d: %w", lsn, err))
-		s.mu.Unlock()
-		return nil, err
-	}
-	kick := int64(end-s.lastCkptEnd) > s.opts.CheckpointBytes
-	s.mu.Unlock()
-	if kick {
-		select {
-		case s.ckptKick <- struct{}{}:
-		default:
-		}
-	}
-	if err := s.log.Wait(end); err != nil {
-		s.fail(err)
-		return nil, err
-	}
-	if nj != nil && o.typ == recDeliver && nj.Retry == 0 {
-		// At-most-once: the delivery must be durable before the job leaves,
-		// so a crash can never deliver it twice.
-		if err := s.log.WaitSynced(end); err != nil {
-			s.fail(err)
-			return nil, err
-		}
-	}
-	return nj, nil
-}
 
 // ErrClosed is returned by operations on a closed store.
 var ErrClosed = errors.New("storage: store closed")

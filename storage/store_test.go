@@ -126,3 +126,58 @@ func TestLifecycleSurvivesReopen(t *testing.T) {
 	s2.Close()
 	s.Close()
 }
+
+func TestBatchSeesItsOwnEarlierOperations(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	s := mustOpen(t, fs)
+	defer s.Close()
+	node := s.NodeID()
+	a := newTestJob(node, "q", 1_000_000_000, 60)
+	c := newTestJob(node, "q", 2_000_000_000, 60)
+	b := s.NewBatch()
+	if err := b.Add(a, []byte("a-body")); err != nil {
+		t.Fatal(err)
+	}
+	b.Deliver(a.ID, 9000)
+	b.Deliver(a.ID, 9000) // wrong state: a is active now
+	b.Ack("D-short")      // malformed id
+	if err := b.Add(c, []byte("c-body")); err != nil {
+		t.Fatal(err)
+	}
+	b.Nack(a.ID, 7000, 0)
+	res := s.Commit(b)
+	want := []error{nil, nil, ErrWrongState, ErrNotFound, nil, nil}
+	for i, r := range res {
+		if (want[i] == nil) != (r.Err == nil) || want[i] != nil && !errors.Is(r.Err, want[i]) {
+			t.Fatalf("op %d: err %v, want %v", i, r.Err, want[i])
+		}
+	}
+	if j := res[5].Job; j.State != StateQueued || j.Nacks != 1 || j.Deliveries != 1 || j.QueueTime != 7000 {
+		t.Fatalf("after nack: %+v", j)
+	}
+	check := func(s *Store) {
+		t.Helper()
+		j, err := s.Job(a.ID)
+		if err != nil || j.State != StateQueued || j.Nacks != 1 || j.BodyLSN != res[0].Job.BodyLSN {
+			t.Fatalf("a: %+v %v", j, err)
+		}
+		body, err := s.Body(j)
+		if err != nil || string(body) != "a-body" {
+			t.Fatalf("a body %q %v", body, err)
+		}
+		pos, _ := s.QueueRange("q", QueuePos{}, 10)
+		if len(pos) != 2 || pos[0].ID != a.ID || pos[1].ID != c.ID || s.QueueLen("q") != 2 {
+			t.Fatalf("queue %v len %d", pos, s.QueueLen("q"))
+		}
+		if st := s.Stats(); st.Jobs != 2 {
+			t.Fatalf("jobs %d", st.Jobs)
+		}
+	}
+	check(s)
+	crashed := mustOpen(t, fs.CrashClone(vfs.CrashCloneCfg{}))
+	defer crashed.Close()
+	check(crashed)
+	if ri := crashed.RecoveryInfo(); ri.Records < 5 {
+		t.Fatalf("crash replayed %d records", ri.Records)
+	}
+}

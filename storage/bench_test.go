@@ -1,0 +1,200 @@
+package storage
+
+import (
+	"flag"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/wal"
+)
+
+var (
+	benchReopenJobs = flag.Int("bench.reopenjobs", 1_000_000, "jobs in BenchmarkReopen's store")
+	benchMemtable   = flag.Uint64("bench.memtable", 0, "MemTableSize for the write benchmarks (0: default)")
+)
+
+func benchStore(b *testing.B, policy wal.SyncPolicy) *Store {
+	b.Helper()
+	opts := DefaultOptions()
+	opts.FS = vfs.Default
+	opts.Sync = policy
+	opts.Logger = quietLogger()
+	opts.MemTableSize = *benchMemtable
+	s, err := Open(b.TempDir(), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// BenchmarkCycle measures full job lifecycles — add, deliver, ack, delete —
+// on the real filesystem, with several goroutines sharing the store as a
+// server's connections do. One op is one whole cycle (four AOF records).
+func BenchmarkCycle(b *testing.B) {
+	for _, policy := range []wal.SyncPolicy{wal.SyncNever, wal.SyncEverySec, wal.SyncAlways} {
+		for _, workers := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("policy=%s/workers=%d", policy, workers), func(b *testing.B) {
+				s := benchStore(b, policy)
+				node := s.NodeID()
+				body := make([]byte, 100)
+				var clock CtimeClock
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				start := time.Now()
+				for w := 0; w < workers; w++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for next.Add(1) <= int64(b.N) {
+							now := time.Now().UnixMilli()
+							j := &Job{ID: NewJobID(node, 3600, 60), Queue: "bench", State: StateQueued,
+								Ctime: clock.Next(now), Etime: now + 3_600_000, Retry: 60, Repl: 1, QueueTime: now + 60_000}
+							if err := s.Add(j, body); err != nil {
+								b.Error(err)
+								return
+							}
+							if _, err := s.Deliver(j.ID, now+60_000); err != nil {
+								b.Error(err)
+								return
+							}
+							if _, err := s.Ack(j.ID); err != nil {
+								b.Error(err)
+								return
+							}
+							if err := s.Delete(j.ID); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
+			})
+		}
+	}
+}
+
+// BenchmarkAdd measures Add alone: the ADDJOB write path.
+func BenchmarkAdd(b *testing.B) {
+	for _, policy := range []wal.SyncPolicy{wal.SyncNever, wal.SyncAlways} {
+		for _, workers := range []int{1, 64} {
+			b.Run(fmt.Sprintf("policy=%s/workers=%d", policy, workers), func(b *testing.B) {
+				s := benchStore(b, policy)
+				node := s.NodeID()
+				body := make([]byte, 100)
+				var clock CtimeClock
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				start := time.Now()
+				for w := 0; w < workers; w++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for next.Add(1) <= int64(b.N) {
+							now := time.Now().UnixMilli()
+							j := &Job{ID: NewJobID(node, 3600, 60), Queue: "bench", State: StateQueued,
+								Ctime: clock.Next(now), Etime: now + 3_600_000, Retry: 60, Repl: 1, QueueTime: now + 60_000}
+							if err := s.Add(j, body); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "adds/s")
+			})
+		}
+	}
+}
+
+// BenchmarkReopen measures Open of a store holding -bench.reopenjobs queued
+// jobs, after a clean close (nothing to replay) and after a crash with a long
+// unflushed tail (every job's record replayed). The store is built once per
+// case, outside the timer.
+func BenchmarkReopen(b *testing.B) {
+	for _, tail := range []string{"short", "long"} {
+		b.Run("tail="+tail, func(b *testing.B) {
+			dir := b.TempDir()
+			opts := DefaultOptions()
+			opts.FS = vfs.Default
+			opts.Sync = wal.SyncNever
+			opts.Logger = quietLogger()
+			opts.CheckpointInterval = -1
+			opts.CheckpointBytes = 1 << 62
+			opts.MemTableSize = 1 << 30 // keep the long tail unflushed
+			s, err := Open(dir, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fillStore(b, s, *benchReopenJobs)
+			if tail == "short" {
+				if err := s.Close(); err != nil {
+					b.Fatal(err)
+				}
+			} else {
+				// A crash: the AOF is durable, the index never flushed.
+				if err := s.Sync(); err != nil {
+					b.Fatal(err)
+				}
+				s.fence.fence(fmt.Errorf("benchmark: simulated crash"))
+				s.db.Close()
+				s.log.Close()
+				s.lock.Close()
+			}
+			b.ResetTimer()
+			var replayed int
+			for i := 0; i < b.N; i++ {
+				s, err := Open(dir, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				replayed = s.RecoveryInfo().Records
+				if got := s.Stats().Jobs; got != int64(*benchReopenJobs) {
+					b.Fatalf("reopened with %d jobs, want %d", got, *benchReopenJobs)
+				}
+				// Leave the store as found: long tails stay unflushed.
+				s.fence.fence(fmt.Errorf("benchmark: close without checkpoint"))
+				s.db.Close()
+				s.log.Close()
+				s.lock.Close()
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(replayed), "replayed-records")
+			b.ReportMetric(float64(*benchReopenJobs), "jobs")
+		})
+	}
+}
+
+func fillStore(b *testing.B, s *Store, n int) {
+	node := s.NodeID()
+	body := make([]byte, 100)
+	var clock CtimeClock
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	now := time.Now().UnixMilli()
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				j := &Job{ID: NewJobID(node, 86400, 60), Queue: fmt.Sprintf("q%d", next.Load()%10), State: StateQueued,
+					Ctime: clock.Next(now), Etime: now + 86_400_000, Retry: 60, Repl: 1, QueueTime: now + 60_000}
+				if err := s.Add(j, body); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,330 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/diskque/diskque/wal"
+)
+
+// The commit pipeline. A batch of operations takes the store's lock once.
+// Each operation in turn is resolved (its job read, its transition checked)
+// against the index plus the batch's own earlier operations; a valid one is
+// enqueued in the AOF, which fixes its LSN, and its index changes are added
+// to one Pebble batch. The derived counters and the applied LSN are written
+// once, at the end of the batch. The lock is released before
+// waiting for the AOF, so batches from many goroutines share its writes and
+// fsyncs.
+
+// Result is the outcome of one operation of a Batch.
+type Result struct {
+	// Job is the job after the operation (nil for deletes and for
+	// operations that are not about one job).
+	Job *Job
+	Err error
+}
+
+// Batch collects lifecycle operations to commit together with Store.Commit.
+// A Batch is not safe for concurrent use; it may be reused after Reset.
+type Batch struct {
+	s   *Store
+	ops []*op
+}
+
+// Len returns the number of operations in the batch.
+func (b *Batch) Len() int { return len(b.ops) }
+
+// Reset empties the batch.
+func (b *Batch) Reset() { clear(b.ops); b.ops = b.ops[:0] }
+
+// commitOne commits a single operation.
+func (s *Store) commitOne(o *op) (*Job, error) {
+	var res [1]Result
+	s.commit([]*op{o}, res[:])
+	return res[0].Job, res[0].Err
+}
+
+// Commit applies the batch's operations in order, each valid on the state
+// left by the ones before it. An operation that fails validation
+// (ErrNotFound, ErrWrongState, ErrExists) is skipped and the others still
+// apply; res[i] tells the outcome of operation i. Commit returns once every
+// applied operation is written per the fsync policy; if that fails, every
+// applied operation reports the error and the store fails (see ErrFailed).
+func (s *Store) Commit(b *Batch) []Result {
+	res := make([]Result, len(b.ops))
+	s.commit(b.ops, res)
+	return res
+}
+
+func (s *Store) commit(ops []*op, res []Result) {
+	s.mu.Lock()
+	if err := s.usableLocked(); err != nil {
+		s.mu.Unlock()
+		for i := range res {
+			res[i].Err = err
+		}
+		return
+	}
+	var overlay map[string]*Job
+	if len(ops) > 1 {
+		overlay = make(map[string]*Job, len(ops))
+	}
+	b := s.db.NewBatch()
+	var end wal.LSN
+	var failure error
+	for i, o := range ops {
+		var old, nj *Job
+		var err error
+		if o.id != "" && len(o.id) != JobIDLen {
+			err = fmt.Errorf("%w: %q", ErrNotFound, o.id)
+		} else {
+			old, nj, err = s.resolve(s.db, overlay, o)
+		}
+		switch {
+		case err != nil:
+		case o.typ == recAdd && old != nil:
+			err = fmt.Errorf("%w: %s", ErrExists, o.id)
+		case o.typ != recAdd && o.id != "" && old == nil:
+			err = fmt.Errorf("%w: %s", ErrNotFound, o.id)
+		}
+		if err != nil {
+			res[i].Err = err
+			continue
+		}
+		// Enqueueing fixes the record's LSN (the body's address for an
+		// add); it does no I/O, so holding mu keeps log and index order
+		// the same.
+		s.scratch = encodeOp(s.scratch[:0], o)
+		var lsn wal.LSN
+		lsn, end, failure = s.log.Enqueue(wal.Record{Type: o.typ, Payload: s.scratch})
+		if failure != nil {
+			break
+		}
+		if failure = s.write(b, o, old, nj, lsn); failure != nil {
+			failure = fmt.Errorf("storage: apply lsn %d: %w", lsn, failure)
+			break
+		}
+		s.applied = end
+		if overlay != nil && o.id != "" {
+			overlay[o.id] = nj
+		}
+		res[i].Job = nj
+	}
+	if end == 0 && failure == nil {
+		b.Close()
+		s.mu.Unlock()
+		return
+	}
+	if failure == nil {
+		failure = s.commitBatch(b)
+	} else {
+		b.Close()
+	}
+	if failure != nil {
+		// Records may be in the log but not in the index: only a reopen
+		// (which replays them) makes the two agree again.
+		s.failLocked(failure)
+		s.mu.Unlock()
+		failApplied(res, failure)
+		return
+	}
+	kick := int64(end-s.lastCkptEnd) > s.opts.CheckpointBytes
+	s.mu.Unlock()
+	if kick {
+		select {
+		case s.ckptKick <- struct{}{}:
+		default:
+		}
+	}
+	if err := s.log.Wait(end); err != nil {
+		s.fail(err)
+		failApplied(res, err)
+		return
+	}
+	for i, o := range ops {
+		if res[i].Err == nil && o.typ == recDeliver && res[i].Job.Retry == 0 {
+			// At-most-once: the delivery must be durable before the job
+			// leaves, so a crash can never deliver it twice.
+			if err := s.log.WaitSynced(end); err != nil {
+				s.fail(err)
+				failApplied(res, err)
+			}
+			break
+		}
+	}
+}
+
+func failApplied(res []Result, err error) {
+	for i := range res {
+		if res[i].Err == nil {
+			res[i] = Result{Err: err}
+		}
+	}
+}
+
+// resolve reads the job a record concerns (through r: the DB for live
+// operations, the replay batch during recovery; jobs in overlay, which an
+// earlier operation of the same batch produced, take precedence) and computes
+// its next state with transition. Records that are not about one job resolve
+// to nil, nil.
+func (s *Store) resolve(r pebble.Reader, overlay map[string]*Job, o *op) (old, nj *Job, err error) {
+	if o.typ == recNode || o.typ == recPause {
+		return nil, nil, nil
+	}
+	if j, ok := overlay[o.id]; ok {
+		old = j
+	} else if old, err = s.getJob(r, o.id); err != nil {
+		return nil, nil, err
+	}
+	if o.typ == recAdd {
+		j := *o.job
+		j.StoredSize = uint32(len(o.body))
+		return old, &j, nil
+	}
+	if old == nil {
+		return nil, nil, nil
+	}
+	nj, err = transition(old, o)
+	return old, nj, err
+}
+
+// write adds a resolved record's effects to b. Live operations and replay
+// both end here, so the index is a function of the log. Counters are
+// updated in memory and marked dirty; commitBatch writes them.
+func (s *Store) write(b *pebble.Batch, o *op, old, nj *Job, lsn wal.LSN) error {
+	switch o.typ {
+	case recNode:
+		s.nodeID = o.node
+		return b.Set(keyNodeID, []byte(o.node), nil)
+	case recPause:
+		if o.pause == PauseNone {
+			delete(s.paused, o.queue)
+			return b.Delete(pauseKey(o.queue), nil)
+		}
+		s.paused[o.queue] = o.pause
+		return b.Set(pauseKey(o.queue), []byte{byte(o.pause)}, nil)
+	}
+	if o.typ == recAdd {
+		nj.BodyLSN = lsn
+	}
+	if old == nil && nj == nil {
+		// A transition of a job deleted earlier in the log: nothing to do.
+		return nil
+	}
+	return s.putJob(b, old, nj)
+}
+
+// putJob writes the index changes that take a job from old to nj (either may
+// be nil) and updates the derived counters.
+func (s *Store) putJob(b *pebble.Batch, old, nj *Job) error {
+	var errs []error
+	set := func(k, v []byte) { errs = append(errs, b.Set(k, v, nil)) }
+	del := func(k []byte) { errs = append(errs, b.Delete(k, nil)) }
+
+	if nj != nil {
+		set(jobKey(nj.ID), encodeJob(nil, nj))
+	} else {
+		del(jobKey(old.ID))
+	}
+	// Queue order.
+	wasQueued := old != nil && old.State == StateQueued
+	isQueued := nj != nil && nj.State == StateQueued
+	if wasQueued && (!isQueued || old.Queue != nj.Queue || old.Ctime != nj.Ctime) {
+		del(queueKey(old.Queue, old.Ctime, old.ID))
+		s.addQueued(old.Queue, -1)
+	}
+	if isQueued && (!wasQueued || old.Queue != nj.Queue || old.Ctime != nj.Ctime) {
+		set(queueKey(nj.Queue, nj.Ctime, nj.ID), nil)
+		s.addQueued(nj.Queue, +1)
+	}
+	// Schedule.
+	oldEv, on := events(old)
+	newEv, nn := events(nj)
+	for _, e := range oldEv[:on] {
+		if !containsEvent(newEv[:nn], e) {
+			del(scheduleKey(e.Due, e.Kind, e.ID))
+		}
+	}
+	for _, e := range newEv[:nn] {
+		if !containsEvent(oldEv[:on], e) {
+			set(scheduleKey(e.Due, e.Kind, e.ID), nil)
+		}
+	}
+	// Job count and the body's segment.
+	switch {
+	case old == nil && nj != nil:
+		s.jobs++
+		s.addLive(nj, +1)
+	case old != nil && nj == nil:
+		s.jobs--
+		s.addLive(old, -1)
+	case old.BodyLSN != nj.BodyLSN:
+		s.addLive(old, -1)
+		s.addLive(nj, +1)
+	}
+	return errors.Join(errs...)
+}
+
+func containsEvent(evs []Event, e Event) bool {
+	for _, x := range evs {
+		if x == e {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Store) addQueued(queue string, delta int64) {
+	if n := s.queued[queue] + delta; n > 0 {
+		s.queued[queue] = n
+	} else {
+		delete(s.queued, queue)
+	}
+	s.dirtyQueues[queue] = struct{}{}
+}
+
+func (s *Store) addLive(j *Job, sign int64) {
+	seg := s.log.SegmentOf(j.BodyLSN)
+	l := s.segments[seg]
+	l.bodies += sign
+	l.bytes += sign * int64(j.StoredSize)
+	if l.bodies > 0 {
+		s.segments[seg] = l
+	} else {
+		delete(s.segments, seg)
+	}
+	s.dirtySegments[seg] = struct{}{}
+}
+
+// commitBatch writes the dirty counters and the applied LSN into b, commits
+// it to the index without sync (the AOF is the redo log) and closes it.
+func (s *Store) commitBatch(b *pebble.Batch) error {
+	var errs []error
+	for q := range s.dirtyQueues {
+		if n := s.queued[q]; n > 0 {
+			errs = append(errs, b.Set(countKey(q), binary.AppendUvarint(nil, uint64(n)), nil))
+		} else {
+			errs = append(errs, b.Delete(countKey(q), nil))
+		}
+	}
+	clear(s.dirtyQueues)
+	for seg := range s.dirtySegments {
+		if l, ok := s.segments[seg]; ok {
+			v := binary.AppendUvarint(nil, uint64(l.bodies))
+			errs = append(errs, b.Set(segmentKey(uint64(seg)), binary.AppendUvarint(v, uint64(l.bytes)), nil))
+		} else {
+			errs = append(errs, b.Delete(segmentKey(uint64(seg)), nil))
+		}
+	}
+	clear(s.dirtySegments)
+	errs = append(errs, b.Set(keyState, encodeState(s.applied, s.jobs), nil))
+	if err := errors.Join(errs...); err != nil {
+		b.Close()
+		return err
+	}
+	err := b.Commit(pebble.NoSync)
+	b.Close()
+	return err
+}
