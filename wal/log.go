@@ -34,12 +34,12 @@ type Log struct {
 	activeFirst LSN
 	// starts are the first LSNs of every segment, including those queued for
 	// creation, so SegmentOf can place any enqueued record.
-	starts []LSN
-	written     LSN // frames below are in the OS (write(2) returned)
-	synced      LSN // frames below are durable (fsync returned)
-	syncWanted  LSN // Sync callers want at least this much durable
-	err         error
-	closed      bool
+	starts     []LSN
+	written    LSN // frames below are in the OS (write(2) returned)
+	synced     LSN // frames below are durable (fsync returned)
+	syncWanted LSN // Sync callers want at least this much durable
+	err        error
+	closed     bool
 
 	kick    chan struct{} // wakes the writer; capacity 1
 	stop    chan struct{}

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -288,7 +289,9 @@ func repairTail(fs vfs.FS, dir string, seg segment, logger *slog.Logger) (int64,
 		}
 	}
 	if err := fs.Link(path, broken); err != nil {
-		if err := writeFileAtomic(fs, dir, name+brokenSuffix, b); err != nil {
+		// Write a copy: a vfs.File may scribble on the slice it is given,
+		// and b is written again below.
+		if err := writeFileAtomic(fs, dir, name+brokenSuffix, bytes.Clone(b)); err != nil {
 			return 0, fmt.Errorf("wal: keep %s: %w", broken, err)
 		}
 	}
