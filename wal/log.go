@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/internal/durable"
 )
 
 // Log is an open AOF. See the package documentation for its guarantees.
@@ -69,7 +70,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	fs := opts.FS
-	if err := mkdirAllDurably(fs, dir); err != nil {
+	if err := durable.MkdirAll(fs, dir); err != nil {
 		return nil, fmt.Errorf("wal: create %s: %w", dir, err)
 	}
 	segs, err := listSegments(fs, dir)

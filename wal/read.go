@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/internal/durable"
 )
 
 // readerCache keeps one read-only handle per segment. Reads share the read
@@ -233,7 +234,7 @@ func (l *Log) TruncateFront(lsn LSN) error {
 			return fmt.Errorf("wal: remove segment %s: %w", segmentName(s.first), err)
 		}
 	}
-	if err := syncDir(fs, l.dir); err != nil {
+	if err := durable.SyncDir(fs, l.dir); err != nil {
 		return fmt.Errorf("wal: sync %s: %w", l.dir, err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/internal/durable"
 )
 
 const (
@@ -125,46 +126,7 @@ func writeFileAtomic(fs vfs.FS, dir, name string, data []byte) error {
 	if err := fs.Rename(tmp, fs.PathJoin(dir, name)); err != nil {
 		return err
 	}
-	return syncDir(fs, dir)
-}
-
-// mkdirAllDurably creates dir and any missing parents, and fsyncs the parent
-// of each directory it creates, so that a crash cannot lose the directory
-// (and every segment in it) after records were fsynced.
-func mkdirAllDurably(fs vfs.FS, dir string) error {
-	var parents []string
-	for d := dir; ; {
-		if _, err := fs.Stat(d); err == nil {
-			break
-		}
-		p := fs.PathDir(d)
-		parents = append(parents, p)
-		if p == d {
-			break
-		}
-		d = p
-	}
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for _, p := range parents {
-		if err := syncDir(fs, p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return err
-	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return err
-	}
-	return d.Close()
+	return durable.SyncDir(fs, dir)
 }
 
 // createSegment makes a new, empty segment crash-safely and opens it for
