@@ -42,7 +42,10 @@ func (b *Batch) Reset() { clear(b.ops); b.ops = b.ops[:0] }
 // commitOne commits a single operation.
 func (s *Store) commitOne(o *op) (*Job, error) {
 	var res [1]Result
-	s.commit([]*op{o}, res[:])
+	p := s.apply([]*op{o}, res[:])
+	if err := p.Wait(); err != nil {
+		return nil, err
+	}
 	return res[0].Job, res[0].Err
 }
 
@@ -53,19 +56,64 @@ func (s *Store) commitOne(o *op) (*Job, error) {
 // applied operation is written per the fsync policy; if that fails, every
 // applied operation reports the error and the store fails (see ErrFailed).
 func (s *Store) Commit(b *Batch) []Result {
-	res := make([]Result, len(b.ops))
-	s.commit(b.ops, res)
+	res, p := s.Apply(b)
+	if err := p.Wait(); err != nil {
+		failApplied(res, err)
+	}
 	return res
 }
 
-func (s *Store) commit(ops []*op, res []Result) {
+// Apply is Commit without the wait: the operations are applied (visible to
+// reads) and their records queued for the AOF when it returns, and
+// Pending.Wait waits for their durability. A caller that keeps its own
+// state next to the store's (the broker's queue heads) applies and updates
+// that state under its own lock, then waits outside it; it must not tell a
+// client an operation succeeded before Wait returned nil.
+func (s *Store) Apply(b *Batch) ([]Result, Pending) {
+	res := make([]Result, len(b.ops))
+	p := s.apply(b.ops, res)
+	return res, p
+}
+
+// Pending is the durability of operations applied by Store.Apply.
+type Pending struct {
+	s   *Store
+	end wal.LSN // 0: nothing to wait for
+	// sync: an at-most-once delivery is among the operations, so they
+	// must be fsynced whatever the policy.
+	sync bool
+	err  error
+}
+
+// Wait blocks until the operations are written per the fsync policy (and
+// fsynced, for at-most-once deliveries). An error means none of them may be
+// reported as done; the store has failed (see ErrFailed).
+func (p Pending) Wait() error {
+	if p.err != nil || p.end == 0 {
+		return p.err
+	}
+	s := p.s
+	if err := s.log.Wait(p.end); err != nil {
+		s.fail(err)
+		return err
+	}
+	if p.sync {
+		if err := s.log.WaitSynced(p.end); err != nil {
+			s.fail(err)
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) apply(ops []*op, res []Result) Pending {
 	s.mu.Lock()
 	if err := s.usableLocked(); err != nil {
 		s.mu.Unlock()
 		for i := range res {
 			res[i].Err = err
 		}
-		return
+		return Pending{err: err}
 	}
 	var overlay map[string]*Job
 	if len(ops) > 1 {
@@ -115,7 +163,7 @@ func (s *Store) commit(ops []*op, res []Result) {
 	if end == 0 && failure == nil {
 		b.Close()
 		s.mu.Unlock()
-		return
+		return Pending{}
 	}
 	if failure == nil {
 		failure = s.commitBatch(b)
@@ -128,7 +176,7 @@ func (s *Store) commit(ops []*op, res []Result) {
 		s.failLocked(failure)
 		s.mu.Unlock()
 		failApplied(res, failure)
-		return
+		return Pending{err: failure}
 	}
 	kick := int64(end-s.lastCkptEnd) > s.opts.CheckpointBytes
 	s.mu.Unlock()
@@ -138,22 +186,16 @@ func (s *Store) commit(ops []*op, res []Result) {
 		default:
 		}
 	}
-	if err := s.log.Wait(end); err != nil {
-		s.fail(err)
-		failApplied(res, err)
-		return
-	}
+	p := Pending{s: s, end: end}
 	for i, o := range ops {
+		// At-most-once: the delivery must be durable before the job
+		// leaves, so a crash can never deliver it twice.
 		if res[i].Err == nil && o.typ == recDeliver && res[i].Job.Retry == 0 {
-			// At-most-once: the delivery must be durable before the job
-			// leaves, so a crash can never deliver it twice.
-			if err := s.log.WaitSynced(end); err != nil {
-				s.fail(err)
-				failApplied(res, err)
-			}
+			p.sync = true
 			break
 		}
 	}
+	return p
 }
 
 func failApplied(res []Result, err error) {

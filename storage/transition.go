@@ -171,3 +171,10 @@ func (p PauseState) String() string {
 	}
 	return "unknown"
 }
+
+// Events returns the schedule events the job has in its current state: its
+// delay (AwakeTime), retry (QueueTime) and ttl (Etime) times, those set.
+func (j *Job) Events() []Event {
+	evs, n := events(j)
+	return append([]Event(nil), evs[:n]...)
+}
