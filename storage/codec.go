@@ -33,6 +33,9 @@ type op struct {
 	typ   wal.RecordType
 	id    string // job id (every job record)
 	qtime int64  // queue, deliver, requeue, nack, working
+	// qtimeFn, when set (live operations only), computes qtime from the job
+	// before the record is encoded.
+	qtimeFn func(*Job) int64
 	awake int64  // nack
 	// add
 	job        *Job
@@ -94,6 +97,9 @@ func decodeOp(typ wal.RecordType, payload []byte) (*op, error) {
 		o.id = j.ID
 		o.body = append([]byte(nil), d.rest()...)
 		j.StoredSize = uint32(len(o.body))
+		if d.err == nil && j.BodySize > wal.MaxPayload {
+			d.fail("body size out of range")
+		}
 		if d.err == nil && !o.compressed && len(o.body) != int(j.BodySize) {
 			d.fail("body length mismatch")
 		}

@@ -228,6 +228,9 @@ func (s *Store) resolve(r pebble.Reader, overlay map[string]*Job, o *op) (old, n
 	if old == nil {
 		return nil, nil, nil
 	}
+	if o.qtimeFn != nil {
+		o.qtime = o.qtimeFn(old)
+	}
 	nj, err = transition(old, o)
 	return old, nj, err
 }

@@ -149,6 +149,14 @@ func (b *Batch) Queue(id string, qtime int64) { b.job(queueOp(id, qtime)) }
 // Deliver adds a Store.Deliver to the batch.
 func (b *Batch) Deliver(id string, qtime int64) { b.job(deliverOp(id, qtime)) }
 
+// DeliverFunc adds a Store.Deliver whose requeue time is computed from the
+// job as it is when the batch applies (typically from its RETRY).
+func (b *Batch) DeliverFunc(id string, qtime func(*Job) int64) {
+	o := deliverOp(id, 0)
+	o.qtimeFn = qtime
+	b.job(o)
+}
+
 // Requeue adds a Store.Requeue to the batch.
 func (b *Batch) Requeue(id string, qtime int64) { b.job(requeueOp(id, qtime)) }
 

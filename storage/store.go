@@ -153,7 +153,12 @@ func (s *Store) open() error {
 	}
 	s.lastCkptEnd = s.log.End()
 	if s.nodeID == "" {
+		// The node id names this store's jobs: make it durable now, whatever
+		// the fsync policy, so a crash cannot give the store a new one.
 		if _, err := s.commitOne(&op{typ: recNode, node: NewNodeID()}); err != nil {
+			return err
+		}
+		if err := s.log.Sync(); err != nil {
 			return err
 		}
 	}

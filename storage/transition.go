@@ -31,6 +31,10 @@ func transition(cur *Job, o *op) (*Job, error) {
 	if cur.State == StateAcked {
 		return nil, fmt.Errorf("%w: %s is acked", ErrWrongState, cur.ID)
 	}
+	if cur.Retry == 0 && cur.Deliveries > 0 && (o.typ == recQueue || o.typ == recRequeue || o.typ == recNack) {
+		// At-most-once: once delivered, never queued again (SPEC.md).
+		return nil, fmt.Errorf("%w: %s is at-most-once and was delivered", ErrWrongState, cur.ID)
+	}
 	j := *cur
 	switch o.typ {
 	case recQueue:
