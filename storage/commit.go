@@ -373,3 +373,22 @@ func (s *Store) commitBatch(b *pebble.Batch) error {
 	b.Close()
 	return err
 }
+
+// Join returns a Pending that waits for both p and q.
+func (p Pending) Join(q Pending) Pending {
+	if p.err != nil {
+		return p
+	}
+	if q.err != nil {
+		return q
+	}
+	out := p
+	if q.end > p.end {
+		out = q
+	}
+	if out.s == nil {
+		out.s = q.s
+	}
+	out.sync = p.sync || q.sync
+	return out
+}

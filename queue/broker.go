@@ -1,0 +1,261 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/diskque/diskque/storage"
+)
+
+// Broker owns all job state: it applies the lifecycle through the store and
+// keeps, next to it, the queue heads, the blocked GETJOB waiters and the
+// timer wheel. See doc.go for the invariants.
+type Broker struct {
+	opts Options
+	st   *storage.Store
+	node string
+
+	// mu guards everything below. Lock order: Broker.mu, then the store's
+	// internal lock. Store operations are applied under mu (so heads, wheel
+	// and index agree) but waited for outside it.
+	mu     sync.Mutex
+	queues map[string]*queueState
+	wheel  *Wheel
+	// cursor is the loader's position in the on-disk schedule: the wheel
+	// holds every event that sorts at or before it; events after it are
+	// loaded later. The zero cursor has loaded nothing.
+	cursor storage.Event
+	closed bool
+	ctime  storage.CtimeClock
+	stats  Stats
+
+	wake chan struct{} // tells the timer loop that an earlier event exists
+	stop chan struct{}
+	done chan struct{}
+}
+
+// queueState is the broker's in-memory state of one queue.
+type queueState struct {
+	name    string
+	head    *Head
+	waiters []*waiter // blocked GETJOB clients, oldest first
+	jobsIn  int64
+	jobsOut int64
+	atime   int64 // last activity, Unix ms
+	ctime   int64 // when the broker first saw the queue, Unix ms
+}
+
+// Stats are the broker's counters (INFO).
+type Stats struct {
+	JobsAdded, JobsDelivered, JobsAcked, JobsExpired, JobsRequeued int64
+	BlockedClients                                                 int
+}
+
+// New returns a broker over an open store and loads the near schedule into
+// the timer wheel. Run drives the timers.
+func New(opts Options) (*Broker, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	now := opts.Now().UnixMilli()
+	b := &Broker{
+		opts:   opts,
+		st:     opts.Store,
+		node:   opts.Store.NodeID(),
+		queues: map[string]*queueState{},
+		wheel:  NewWheel(now),
+		wake:   make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.loadTimersLocked(now); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// NodeID returns the node's 40-hex-digit id.
+func (b *Broker) NodeID() string { return b.node }
+
+// Store returns the store the broker writes to.
+func (b *Broker) Store() *storage.Store { return b.st }
+
+func (b *Broker) nowMillis() int64 { return b.opts.Now().UnixMilli() }
+
+// queueLocked returns the state of queue, creating it on first use. A queue
+// with entries on disk starts with an incomplete head, refilled on demand.
+func (b *Broker) queueLocked(name string, now int64) *queueState {
+	q := b.queues[name]
+	if q == nil {
+		head := NewHead(b.opts.HeadSize)
+		if b.st.QueueLen(name) > 0 {
+			head = NewIncompleteHead(b.opts.HeadSize)
+		}
+		q = &queueState{name: name, head: head, ctime: now, atime: now}
+		b.queues[name] = q
+	}
+	return q
+}
+
+// refillLocked reads the queue's next entries from disk when its head runs
+// low, or when want entries are wanted and memory holds fewer.
+func (b *Broker) refillLocked(q *queueState, want int) error {
+	h := q.head
+	if h.Complete() || (!h.NeedsRefill() && h.Len() >= want) {
+		return nil
+	}
+	after, _ := h.Last()
+	n := max(b.opts.HeadSize-h.Len(), 1)
+	entries, err := b.st.QueueRange(q.name, after, n)
+	if err != nil {
+		return err
+	}
+	h.Refill(entries, len(entries) < n)
+	return nil
+}
+
+// retryTime is the next requeue time of a job with RETRY retry seconds
+// queued or delivered at now: now + retry, ± up to 500 ms (SPEC.md).
+func retryTime(now int64, retry uint32) int64 {
+	if retry == 0 {
+		return 0
+	}
+	return now + int64(retry)*1000 + rand.Int64N(1001) - 500
+}
+
+// syncTimersLocked makes the wheel hold the job's current events (those at
+// or before the loader's cursor; later ones are on disk for the loader).
+func (b *Broker) syncTimersLocked(id string, j *storage.Job) {
+	b.wheel.RemoveAll(id)
+	if j == nil {
+		return
+	}
+	earliest := false
+	next, ok := b.wheel.Next()
+	for _, e := range j.Events() {
+		if cmpEvent(e, b.cursor) <= 0 {
+			b.wheel.Add(e)
+			if !ok || e.Due < next {
+				earliest = true
+			}
+		}
+	}
+	if earliest {
+		select {
+		case b.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func cmpEvent(a, c storage.Event) int {
+	switch {
+	case a.Due != c.Due:
+		if a.Due < c.Due {
+			return -1
+		}
+		return 1
+	case a.Kind != c.Kind:
+		if a.Kind < c.Kind {
+			return -1
+		}
+		return 1
+	case a.ID < c.ID:
+		return -1
+	case a.ID > c.ID:
+		return 1
+	}
+	return 0
+}
+
+// queuedLocked records that a job entered its queue: into the head if it
+// sorts there, then to a blocked client if one waits.
+func (b *Broker) queuedLocked(j *storage.Job, now int64) {
+	q := b.queueLocked(j.Queue, now)
+	q.head.Insert(storage.QueuePos{Ctime: j.Ctime, ID: j.ID})
+	q.atime = now
+	if len(q.waiters) > 0 {
+		b.serveWaitersLocked(q, now)
+	}
+}
+
+// unqueuedLocked records that a queued job left its queue other than by
+// delivery (dequeued, acked, deleted, expired).
+func (b *Broker) unqueuedLocked(j *storage.Job) {
+	if q := b.queues[j.Queue]; q != nil {
+		q.head.Remove(storage.QueuePos{Ctime: j.Ctime, ID: j.ID})
+	}
+}
+
+// errUnusable reports whether err means the store can take no more writes.
+func errUnusable(err error) bool {
+	return errors.Is(err, storage.ErrFailed) || errors.Is(err, storage.ErrClosed)
+}
+
+func (b *Broker) checkOpenLocked() error {
+	if b.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Close stops the timer loop and wakes every blocked client with ErrClosed.
+// It does not close the store.
+func (b *Broker) Close() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	for _, q := range b.queues {
+		for _, w := range q.waiters {
+			if !w.done {
+				w.done = true
+				w.ch <- waiterResult{err: ErrClosed}
+			}
+		}
+		q.waiters = nil
+	}
+	b.stats.BlockedClients = 0
+	b.mu.Unlock()
+	close(b.stop)
+	<-b.done
+}
+
+// Stats returns the broker's counters.
+func (b *Broker) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stats
+}
+
+// QueueNames returns the names of the queues the broker has state for.
+func (b *Broker) QueueNames() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	names := make([]string, 0, len(b.queues))
+	for n := range b.queues {
+		names = append(names, n)
+	}
+	return names
+}
+
+func wrapStore(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("queue: %w", err)
+}
+
+// durationMillis converts seconds to milliseconds without overflow.
+func secondsToMillis(s int64) int64 {
+	const maxSec = int64(time.Duration(1<<62) / time.Millisecond / 1000)
+	return min(s, maxSec) * 1000
+}

@@ -1,0 +1,305 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/storage"
+)
+
+// fakeClock is the broker's clock in tests: time moves only when told.
+type fakeClock struct{ ms atomic.Int64 }
+
+func (c *fakeClock) now() time.Time { return time.UnixMilli(c.ms.Load()) }
+func (c *fakeClock) set(ms int64)   { c.ms.Store(ms) }
+func (c *fakeClock) advance(d time.Duration) int64 {
+	return c.ms.Add(d.Milliseconds())
+}
+
+type fixture struct {
+	t     *testing.T
+	fs    vfs.FS
+	clock *fakeClock
+	st    *storage.Store
+	b     *Broker
+	head  int
+}
+
+func newFixture(t *testing.T, headSize int) *fixture {
+	f := &fixture{t: t, fs: vfs.NewCrashableMem(), clock: &fakeClock{}, head: headSize}
+	f.clock.set(1_700_000_000_000)
+	f.open()
+	t.Cleanup(f.close)
+	return f
+}
+
+func (f *fixture) open() {
+	f.t.Helper()
+	opts := storage.TestingOptions()
+	opts.FS = f.fs
+	st, err := storage.Open("data", opts)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	b, err := New(Options{Store: st, HeadSize: f.head, Now: f.clock.now})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.st, f.b = st, b
+}
+
+func (f *fixture) close() {
+	if f.b != nil {
+		f.b.mu.Lock()
+		f.b.closed = true
+		f.b.mu.Unlock()
+		f.st.Close()
+		f.b, f.st = nil, nil
+	}
+}
+
+func (f *fixture) restart() {
+	f.close()
+	f.open()
+}
+
+func (f *fixture) add(queue, body string, mod func(*AddRequest)) string {
+	f.t.Helper()
+	r := AddRequest{Queue: queue, Body: []byte(body), TTL: 86400, Retry: 300}
+	if mod != nil {
+		mod(&r)
+	}
+	res := f.b.AddJobs([]AddRequest{r})
+	if res[0].Err != nil {
+		f.t.Fatalf("add %s: %v", body, res[0].Err)
+	}
+	return res[0].ID
+}
+
+func (f *fixture) get(count int, queues ...string) []Delivered {
+	f.t.Helper()
+	d, err := f.b.GetJobs(context.Background(), GetRequest{Queues: queues, Count: count, NoHang: true})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return d
+}
+
+func bodies(ds []Delivered) string {
+	s := ""
+	for _, d := range ds {
+		s += string(d.Body) + " "
+	}
+	return s
+}
+
+func TestQueueOrderThroughRefillsAndRestart(t *testing.T) {
+	f := newFixture(t, 3) // a tiny head: most of the queue lives on disk
+	for i := 0; i < 20; i++ {
+		f.add("q", fmt.Sprint(i), nil)
+	}
+	if got := bodies(f.get(4, "q")); got != "0 1 2 3 " {
+		t.Fatalf("first four: %q", got)
+	}
+	f.restart()
+	if got := f.b.QueueLen("q"); got != 16 {
+		t.Fatalf("qlen after restart %d", got)
+	}
+	if got := bodies(f.get(5, "q")); got != "4 5 6 7 8 " {
+		t.Fatalf("after restart: %q", got)
+	}
+	all := ""
+	for {
+		d := f.get(2, "q")
+		if len(d) == 0 {
+			break
+		}
+		all += bodies(d)
+	}
+	if all != "9 10 11 12 13 14 15 16 17 18 19 " {
+		t.Fatalf("rest: %q", all)
+	}
+}
+
+func TestRoundRobinAcrossQueues(t *testing.T) {
+	f := newFixture(t, 1024)
+	for i := 0; i < 3; i++ {
+		f.add("a", fmt.Sprint("a", i), nil)
+		f.add("b", fmt.Sprint("b", i), nil)
+	}
+	if got := bodies(f.get(5, "a", "b")); got != "a0 b0 a1 b1 a2 " {
+		t.Fatalf("round robin: %q", got)
+	}
+}
+
+func TestBlockedClientIsServedByAdd(t *testing.T) {
+	f := newFixture(t, 1024)
+	got := make(chan []Delivered, 1)
+	go func() {
+		d, err := f.b.GetJobs(context.Background(), GetRequest{Queues: []string{"x", "q"}, Count: 5})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- d
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.b.Stats().BlockedClients != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("client never blocked")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	id := f.add("q", "hello", nil)
+	d := <-got
+	if len(d) != 1 || d[0].ID != id || string(d[0].Body) != "hello" {
+		t.Fatalf("blocked client got %+v", d)
+	}
+	if f.b.Stats().BlockedClients != 0 || f.b.QueueLen("q") != 0 {
+		t.Fatalf("after serving: %+v qlen %d", f.b.Stats(), f.b.QueueLen("q"))
+	}
+	// A timeout returns nothing.
+	d, err := f.b.GetJobs(context.Background(), GetRequest{Queues: []string{"q"}, Count: 1, Timeout: 10 * time.Millisecond})
+	if err != nil || d != nil {
+		t.Fatalf("timeout: %v %v", d, err)
+	}
+	if f.b.Stats().BlockedClients != 0 {
+		t.Fatal("timed-out client still registered")
+	}
+}
+
+func TestDelayRetryAndTTLFireOnTime(t *testing.T) {
+	f := newFixture(t, 1024)
+	start := f.clock.ms.Load()
+	delayed := f.add("q", "delayed", func(r *AddRequest) { r.Delay = 10 })
+	retried := f.add("q", "retried", func(r *AddRequest) { r.Retry = 5 })
+	expiring := f.add("q", "expiring", func(r *AddRequest) { r.TTL = 30; r.Retry = 20 })
+	if d := f.get(1, "q"); len(d) != 1 || d[0].ID != retried {
+		t.Fatalf("first delivery: %+v", d)
+	}
+	tick := func(at int64) {
+		t.Helper()
+		f.clock.set(at)
+		if err := f.b.Tick(at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick(start + 4_000) // nothing due yet (retry jitter is at most 500 ms)
+	if f.b.QueueLen("q") != 1 {
+		t.Fatalf("qlen %d before any timer", f.b.QueueLen("q"))
+	}
+	tick(start + 5_600) // the retry fired: queued again
+	j, _, err := f.b.Job(retried)
+	if err != nil || j.State != storage.StateQueued || j.AdditionalDeliveries != 1 {
+		t.Fatalf("after retry: %+v %v", j, err)
+	}
+	tick(start + 10_000) // the delay ran out
+	if j, _, _ := f.b.Job(delayed); j.State != storage.StateQueued {
+		t.Fatalf("delayed job is %s at its time", j.State)
+	}
+	// Restart before the TTL: the expiry must still happen at its time.
+	f.restart()
+	tick(start + 29_000)
+	if _, _, err := f.b.Job(expiring); err != nil {
+		t.Fatalf("expired early: %v", err)
+	}
+	tick(start + 30_000)
+	if _, _, err := f.b.Job(expiring); err != ErrNoJob {
+		t.Fatalf("not expired at its TTL: %v", err)
+	}
+	if got := bodies(f.get(10, "q")); got != "delayed retried " {
+		t.Fatalf("queue after timers: %q", got)
+	}
+}
+
+func TestAckNackEnqueueDequeueWorking(t *testing.T) {
+	f := newFixture(t, 1024)
+	a := f.add("q", "a", nil)
+	b := f.add("q", "b", nil)
+	if n, _ := f.b.Dequeue([]string{a, a, "D-nosuchjob-00000000000000000000000-0001"}); n != 1 {
+		t.Fatalf("dequeue %d", n)
+	}
+	if got := bodies(f.get(5, "q")); got != "b " {
+		t.Fatalf("after dequeue: %q", got)
+	}
+	if n, _ := f.b.Enqueue([]string{a}); n != 1 {
+		t.Fatalf("enqueue %d", n)
+	}
+	if n, _ := f.b.Nack([]string{b}, 0); n != 1 {
+		t.Fatalf("nack %d", n)
+	}
+	d := f.get(5, "q")
+	if bodies(d) != "a b " || d[1].Nacks != 1 {
+		t.Fatalf("after enqueue+nack: %+v", d)
+	}
+	if r, err := f.b.Working(a); err != nil || r != 300 {
+		t.Fatalf("working: %d %v", r, err)
+	}
+	f.clock.advance(43201 * time.Second) // past half the TTL
+	if _, err := f.b.Working(a); err != ErrTooLate {
+		t.Fatalf("working late: %v", err)
+	}
+	if n, _ := f.b.Ack([]string{a, b, a}); n != 2 {
+		t.Fatalf("ack %d", n)
+	}
+	if n, _ := f.b.Ack([]string{a}); n != 0 {
+		t.Fatalf("second ack %d", n)
+	}
+	if _, err := f.b.Working(a); err != ErrNoJob {
+		t.Fatalf("working on acked: %v", err)
+	}
+	if st := f.st.Stats(); st.Jobs != 0 {
+		t.Fatalf("jobs left %d", st.Jobs)
+	}
+}
+
+func TestPauseBlocksInputAndOutput(t *testing.T) {
+	f := newFixture(t, 1024)
+	f.add("q", "before", nil)
+	if _, err := f.b.Pause("q", storage.PauseAll); err != nil {
+		t.Fatal(err)
+	}
+	res := f.b.AddJobs([]AddRequest{{Queue: "q", Body: []byte("x"), TTL: 60, Retry: 6}})
+	if res[0].Err != ErrPaused {
+		t.Fatalf("add to paused queue: %v", res[0].Err)
+	}
+	if d := f.get(1, "q"); len(d) != 0 {
+		t.Fatalf("delivered from a queue paused out: %+v", d)
+	}
+	f.restart()
+	if f.b.PauseState("q") != storage.PauseAll {
+		t.Fatalf("pause lost in restart: %v", f.b.PauseState("q"))
+	}
+	if _, err := f.b.Pause("q", storage.PauseNone); err != nil {
+		t.Fatal(err)
+	}
+	if got := bodies(f.get(1, "q")); got != "before " {
+		t.Fatalf("after unpause: %q", got)
+	}
+}
+
+func TestMaxLenAndAtMostOnce(t *testing.T) {
+	f := newFixture(t, 1024)
+	res := f.b.AddJobs([]AddRequest{
+		{Queue: "q", Body: []byte("1"), TTL: 60, Retry: 0, MaxLen: 2},
+		{Queue: "q", Body: []byte("2"), TTL: 60, Retry: 0, MaxLen: 2},
+		{Queue: "q", Body: []byte("3"), TTL: 60, Retry: 0, MaxLen: 2},
+	})
+	if res[0].Err != nil || res[1].Err != nil || res[2].Err != ErrMaxLen {
+		t.Fatalf("maxlen: %+v", res)
+	}
+	d := f.get(1, "q")
+	if len(d) != 1 {
+		t.Fatal("no delivery")
+	}
+	// Delivered at-most-once: never queued again, not even by NACK.
+	if n, _ := f.b.Nack([]string{d[0].ID}, 0); n != 0 {
+		t.Fatalf("nack of a delivered at-most-once job changed %d", n)
+	}
+	if _, err := f.b.Working(d[0].ID); err != ErrNoJob {
+		t.Fatalf("working on at-most-once: %v", err)
+	}
+}

@@ -1,0 +1,44 @@
+// Package queue is the broker core. Broker owns all job state: it applies
+// the job lifecycle (add, get, ack, nack, enqueue, dequeue, working, delete,
+// expire, requeue, pause) through package storage, and keeps beside the
+// store the little that must be in memory: the head of each queue, the
+// blocked GETJOB clients and the timer wheel of the near future. Its methods
+// speak jobs, not RESP; package server maps commands onto them.
+//
+// # Memory holds only heads and the near future
+//
+//   - Head: per queue, up to HeadSize of its oldest entries (ctime, then id).
+//     Every entry in memory sorts before every entry that is only on disk,
+//     so the first entry of a non-empty head is the queue's oldest job. New
+//     jobs join the head only while it holds the whole queue; a requeued job
+//     keeps its ctime and slots back in order. A head that runs low is
+//     refilled from the store's queue index.
+//   - Wheel: a hierarchical timer wheel with every schedule event (delay,
+//     retry, ttl) that sorts at or before the loader's cursor; the rest stay
+//     on disk. The loader moves the cursor up to now + Horizon, or less when
+//     more than MaxTimers events would be in memory.
+//   - Waiters: blocked GETJOB clients per queue, oldest first; each is
+//     served one job by whoever queues one.
+//
+// So memory is O(queues × HeadSize + events inside the horizon + waiters),
+// whatever the backlog on disk.
+//
+// # Consistency
+//
+// Every change is applied to the store (storage.Store.Apply) and to the
+// heads, waiters and wheel under Broker.mu, so they never disagree with the
+// index; the wait for durability (storage.Pending.Wait) happens after mu is
+// released, and no result is returned before it. A timer event is checked
+// against the job before it acts, so a stale event does nothing.
+//
+// # Time
+//
+// Options.Now is the only clock. Run reads it to drive the timers; Tick
+// takes time as an argument so tests control it.
+//
+// # Concurrency
+//
+// Broker's methods are safe for concurrent use. Lock order: Broker.mu, then
+// the store's internal locks. Head and Wheel are not safe for concurrent use;
+// the broker guards them.
+package queue

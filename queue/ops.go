@@ -1,0 +1,259 @@
+package queue
+
+import (
+	"errors"
+
+	"github.com/diskque/diskque/storage"
+)
+
+// The commands that take job ids. Each applies one store batch for all its
+// ids, updates heads and timers under the broker's lock, and returns once
+// the batch is durable per the fsync policy. Unknown ids and jobs in a state
+// the command does not apply to are skipped, not errors: the count says how
+// many jobs the command changed (SPEC.md).
+
+// Ack acknowledges jobs (ACKJOB). On a lone node no other copy needs
+// confirming, so an acked job is deleted at once. It returns how many known
+// jobs were newly acked.
+func (b *Broker) Ack(ids []string) (int, error) {
+	return b.deleteJobs(ids, func(s *Stats, n int64) { s.JobsAcked += n })
+}
+
+// FastAck is ACKJOB without the cluster confirmation round (FASTACK); on a
+// lone node the two are the same. It returns how many jobs were deleted.
+func (b *Broker) FastAck(ids []string) (int, error) {
+	return b.deleteJobs(ids, func(s *Stats, n int64) { s.JobsAcked += n })
+}
+
+// DelJob deletes jobs locally (DELJOB) and returns how many were deleted.
+func (b *Broker) DelJob(ids []string) (int, error) {
+	return b.deleteJobs(ids, nil)
+}
+
+func (b *Broker) deleteJobs(ids []string, count func(*Stats, int64)) (int, error) {
+	return b.jobBatch(ids, func(batch *storage.Batch, j *storage.Job, now int64) bool {
+		batch.Delete(j.ID)
+		return true
+	}, func(old, nj *storage.Job, now int64) {
+		if old.State == storage.StateQueued {
+			b.unqueuedLocked(old)
+		}
+		if count != nil {
+			count(&b.stats, 1)
+		}
+	})
+}
+
+// Nack puts delivered (active) jobs back in their queues with nacks + 1
+// (NACK). With delaySec > 0 they wait that long first (NACK … DELAY, beyond
+// Disque). It returns how many jobs were nacked.
+func (b *Broker) Nack(ids []string, delaySec int64) (int, error) {
+	return b.jobBatch(ids, func(batch *storage.Batch, j *storage.Job, now int64) bool {
+		if j.State != storage.StateActive || j.Delayed() {
+			return false
+		}
+		awake := int64(0)
+		if delaySec > 0 {
+			awake = now + secondsToMillis(delaySec)
+		}
+		batch.Nack(j.ID, retryTime(now, j.Retry), awake)
+		return true
+	}, func(old, nj *storage.Job, now int64) {
+		if nj.State == storage.StateQueued {
+			b.queuedLocked(nj, now)
+		}
+	})
+}
+
+// Enqueue queues active jobs now (ENQUEUE): delivered ones again, delayed
+// ones before their time. Queues paused for input refuse them. It returns
+// how many jobs were queued.
+func (b *Broker) Enqueue(ids []string) (int, error) {
+	return b.jobBatch(ids, func(batch *storage.Batch, j *storage.Job, now int64) bool {
+		if j.State == storage.StateQueued || j.State == storage.StateAcked {
+			return false
+		}
+		if b.st.PauseState(j.Queue)&storage.PauseIn != 0 {
+			return false
+		}
+		batch.Queue(j.ID, retryTime(now, j.Retry))
+		return true
+	}, func(old, nj *storage.Job, now int64) {
+		b.queuedLocked(nj, now)
+	})
+}
+
+// Dequeue takes queued jobs out of their queues without delivering them
+// (DEQUEUE). It returns how many were dequeued.
+func (b *Broker) Dequeue(ids []string) (int, error) {
+	return b.jobBatch(ids, func(batch *storage.Batch, j *storage.Job, now int64) bool {
+		if j.State != storage.StateQueued {
+			return false
+		}
+		batch.Dequeue(j.ID)
+		return true
+	}, func(old, nj *storage.Job, now int64) {
+		b.unqueuedLocked(old)
+	})
+}
+
+// Working postpones a job's next requeue by its RETRY (WORKING) and returns
+// the RETRY in seconds. ErrNoJob for an unknown job (or an at-most-once one,
+// which is never requeued); ErrTooLate once half its TTL has elapsed.
+func (b *Broker) Working(id string) (int64, error) {
+	var retry int64
+	var refused error
+	n, err := b.jobBatch([]string{id}, func(batch *storage.Batch, j *storage.Job, now int64) bool {
+		if j.Retry == 0 || j.State == storage.StateAcked {
+			refused = ErrNoJob
+			return false
+		}
+		ttl := j.Etime - j.CtimeMillis()
+		if now-j.CtimeMillis() > ttl/2 {
+			refused = ErrTooLate
+			return false
+		}
+		batch.Working(j.ID, retryTime(now, j.Retry))
+		retry = int64(j.Retry)
+		return true
+	}, nil)
+	switch {
+	case err != nil:
+		return 0, err
+	case refused != nil:
+		return 0, refused
+	case n == 0:
+		return 0, ErrNoJob
+	}
+	return retry, nil
+}
+
+// jobBatch reads each known job, lets plan add an operation for it to one
+// store batch (plan returns false to skip the job), applies the batch under
+// the broker's lock, calls done for each changed job with its state before
+// and after, and waits for durability. It returns how many jobs changed.
+func (b *Broker) jobBatch(ids []string,
+	plan func(*storage.Batch, *storage.Job, int64) bool,
+	done func(old, nj *storage.Job, now int64)) (int, error) {
+	now := b.nowMillis()
+	b.mu.Lock()
+	if err := b.checkOpenLocked(); err != nil {
+		b.mu.Unlock()
+		return 0, err
+	}
+	batch := b.st.NewBatch()
+	var olds []*storage.Job
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			continue // the same id twice counts once
+		}
+		seen[id] = true
+		j, err := b.st.Job(id)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			b.mu.Unlock()
+			return 0, wrapStore(err)
+		}
+		if plan(batch, j, now) {
+			olds = append(olds, j)
+		}
+	}
+	if batch.Len() == 0 {
+		b.mu.Unlock()
+		return 0, nil
+	}
+	res, pending := b.st.Apply(batch)
+	n := 0
+	for i, r := range res {
+		if r.Err != nil {
+			if errUnusable(r.Err) {
+				b.mu.Unlock()
+				return 0, wrapStore(r.Err)
+			}
+			continue
+		}
+		n++
+		b.syncTimersLocked(olds[i].ID, r.Job)
+		if done != nil {
+			done(olds[i], r.Job, now)
+		}
+	}
+	b.mu.Unlock()
+	if err := pending.Wait(); err != nil {
+		return 0, wrapStore(err)
+	}
+	return n, nil
+}
+
+// Job returns a job and its body (SHOW); ErrNoJob if unknown. The body is
+// nil when it cannot be read.
+func (b *Broker) Job(id string) (*storage.Job, []byte, error) {
+	j, err := b.st.Job(id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, nil, ErrNoJob
+	}
+	if err != nil {
+		return nil, nil, wrapStore(err)
+	}
+	body, err := b.st.Body(j)
+	if err != nil {
+		return j, nil, wrapStore(err)
+	}
+	return j, body, nil
+}
+
+// QueueLen returns the number of queued jobs in the queue (QLEN).
+func (b *Broker) QueueLen(name string) int64 { return b.st.QueueLen(name) }
+
+// Peek returns up to count queued jobs of a queue without delivering them
+// (QPEEK): the oldest first, or with newest the newest first.
+func (b *Broker) Peek(name string, count int, newest bool) ([]Delivered, error) {
+	var pos []storage.QueuePos
+	var err error
+	if newest {
+		pos, err = b.st.QueueNewest(name, count)
+	} else {
+		pos, err = b.st.QueueRange(name, storage.QueuePos{}, count)
+	}
+	if err != nil {
+		return nil, wrapStore(err)
+	}
+	out := make([]Delivered, 0, len(pos))
+	for _, p := range pos {
+		j, body, err := b.Job(p.ID)
+		if errors.Is(err, ErrNoJob) {
+			continue // deleted since the scan
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Delivered{Queue: j.Queue, ID: j.ID, Body: body, Nacks: j.Nacks, AdditionalDeliveries: j.AdditionalDeliveries})
+	}
+	return out, nil
+}
+
+// Pause sets a queue's pause state (persisted) and returns it. Lifting an
+// output pause serves the queue's blocked clients.
+func (b *Broker) Pause(name string, p storage.PauseState) (storage.PauseState, error) {
+	now := b.nowMillis()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.checkOpenLocked(); err != nil {
+		return 0, err
+	}
+	if err := b.st.Pause(name, p); err != nil {
+		return 0, wrapStore(err)
+	}
+	if p&storage.PauseOut == 0 {
+		if q := b.queues[name]; q != nil && len(q.waiters) > 0 {
+			b.serveWaitersLocked(q, now)
+		}
+	}
+	return p, nil
+}
+
+// PauseState returns a queue's pause state.
+func (b *Broker) PauseState(name string) storage.PauseState { return b.st.PauseState(name) }

@@ -1,0 +1,340 @@
+package queue
+
+import (
+	"cmp"
+	"math/bits"
+	"slices"
+
+	"github.com/diskque/diskque/storage"
+)
+
+const (
+	wheelBits   = 6
+	wheelSlots  = 1 << wheelBits // slots per level
+	wheelLevels = 6
+
+	// WheelSpan is how far ahead of its current time a Wheel holds events:
+	// 64^6 ms, about 795 days. Add refuses an event due WheelSpan or more
+	// after Now; the loader keeps its horizon inside it.
+	WheelSpan int64 = 1 << (wheelBits * wheelLevels)
+
+	// overdueLevel marks an entry held in Wheel.overdue rather than a slot.
+	overdueLevel = -1
+)
+
+// Wheel is a hierarchical timing wheel of schedule events (storage.Event)
+// due before the broker's in-memory horizon. Time is an argument: the wheel
+// never reads the clock; its time moves only when Advance is called.
+//
+// Structure. Resolution is 1 ms. There are six levels of 64 slots; a slot of
+// level l spans 64^l ms (one "tick" of that level), so level 0 holds single
+// milliseconds and level 5 ticks of about 12 days. An event due d is kept at
+// the lowest level l whose tick count from now is below 64,
+//
+//	diff(l) = d>>(6l) - now>>(6l) in [1, 63]  (level 0: d - now in [1, 63])
+//
+// in slot (d>>(6l)) & 63. Level 5 also takes diff 64 (the slot of now's own
+// tick, which is otherwise empty), so every d with d-now < WheelSpan fits.
+// Events due at or before now wait in the overdue list for the next Advance.
+// Each level has a 64-bit occupancy mask and each slot the smallest due ever
+// added since it was last empty (slotMin: exact unless its minimum was
+// removed, and always inside the slot's tick).
+//
+// Invariants, between calls:
+//   - every slot entry lies in its slot with diff as above, so all entries of
+//     one slot share one tick, and no slot holds now's own tick (diff 0);
+//   - mask bit s of level l is set iff that slot is non-empty;
+//   - overdue entries have Due <= now; removed ones leave nil holes;
+//   - index maps (ID, Kind) to the one entry of that key, whose level, slot
+//     and pos say where it sits (slot entries are swap-deleted).
+//
+// Advance moves to the earliest slotMin among the levels' first occupied
+// slots (found with a rotate and a trailing-zero count per level), so it
+// visits only times where an event fires or a slot cascades, never the empty
+// milliseconds between: its cost is O(events fired + slots cascaded), and an
+// event cascades at most five times. When time enters a slot's tick, the slot
+// is emptied and its entries are placed again, at lower levels, or into the
+// overdue list if they are due, which Advance then fires.
+//
+// Memory: one wheelEntry (about 40 bytes) and one map entry per event, the
+// fixed mask, slot and slotMin arrays, and the backing arrays of non-empty
+// slots; an emptied slot drops its backing array.
+//
+// A Wheel is not safe for concurrent use: the broker owns it under its lock.
+type Wheel struct {
+	now   int64
+	index map[wheelKey]*wheelEntry
+
+	mask    [wheelLevels]uint64
+	slots   [wheelLevels][wheelSlots][]*wheelEntry
+	slotMin [wheelLevels][wheelSlots]int64
+
+	overdue     []*wheelEntry // Due <= now, waiting to fire; nil = removed
+	overdueLive int           // non-nil entries of overdue
+	overdueMin  int64         // <= every live overdue Due (a lower bound)
+
+	kinds     []storage.EventKind // every kind ever added, for RemoveAll
+	advancing bool
+	steps     uint64 // times Advance visited (fired or cascaded); for tests
+}
+
+type wheelKey struct {
+	id   string
+	kind storage.EventKind
+}
+
+type wheelEntry struct {
+	ev    storage.Event
+	pos   int32 // index in its slot, or in overdue
+	level int8  // 0..5, or overdueLevel
+	slot  uint8
+}
+
+// NewWheel returns an empty wheel whose time is now (Unix milliseconds).
+func NewWheel(now int64) *Wheel {
+	return &Wheel{now: now, index: make(map[wheelKey]*wheelEntry)}
+}
+
+// Now returns the wheel's time: the largest now given to Advance (or
+// NewWheel). While Advance runs, it is the due time of the events firing, or
+// the previous time while events added overdue fire.
+func (w *Wheel) Now() int64 { return w.now }
+
+// Len returns the number of events held, overdue ones included.
+func (w *Wheel) Len() int { return len(w.index) }
+
+// Add schedules e. Events are identified by (ID, Kind): adding one that is
+// already held replaces it. An event due at or before Now fires on the next
+// Advance (or, when added from inside fire, later in the same Advance call).
+//
+// Add returns false and stores nothing if e.Due is WheelSpan or more after
+// Now; an event of the same key that was held is then removed, so a stale
+// schedule never fires (the new one is only on disk, beyond the horizon).
+func (w *Wheel) Add(e storage.Event) bool {
+	k := wheelKey{e.ID, e.Kind}
+	en := w.index[k]
+	if e.Due > w.now && uint64(e.Due)-uint64(w.now) >= uint64(WheelSpan) {
+		if en != nil {
+			w.unlink(en)
+			delete(w.index, k)
+		}
+		return false
+	}
+	if en != nil {
+		w.unlink(en)
+	} else {
+		en = &wheelEntry{}
+		w.index[k] = en
+		if !slices.Contains(w.kinds, e.Kind) {
+			w.kinds = append(w.kinds, e.Kind)
+		}
+	}
+	en.ev = e
+	w.place(en)
+	return true
+}
+
+// Remove removes the event (id, kind) and reports whether it was held.
+func (w *Wheel) Remove(id string, kind storage.EventKind) bool {
+	k := wheelKey{id, kind}
+	en := w.index[k]
+	if en == nil {
+		return false
+	}
+	w.unlink(en)
+	delete(w.index, k)
+	return true
+}
+
+// RemoveAll removes every event of job id (of any kind) and returns how many
+// it removed.
+func (w *Wheel) RemoveAll(id string) int {
+	n := 0
+	for _, kind := range w.kinds {
+		if w.Remove(id, kind) {
+			n++
+		}
+	}
+	return n
+}
+
+// Next returns a lower bound of the earliest pending due time, and false if
+// the wheel is empty. The bound is exact unless the earliest event of a slot
+// was removed (then it is that removed event's due, still after Now when
+// nothing is overdue). With overdue events it is at most Now: Advance at
+// once. The server loop sleeps until Next, then calls Advance.
+func (w *Wheel) Next() (int64, bool) {
+	if w.overdueLive > 0 {
+		return w.overdueMin, true
+	}
+	return w.nextSlotTime()
+}
+
+// Advance moves the wheel's time to now and calls fire for every event due
+// at or before it, in non-decreasing Due order (events of one millisecond in
+// any order); a fired event is no longer held. Time never moves backwards: a
+// now before Now() moves nothing, though events added overdue still fire.
+//
+// fire may call Add, Remove and RemoveAll (not Advance: that panics). During
+// fire, Now() is the firing event's due time (for an event added overdue, the
+// time before this call). An event removed before its turn does not fire; one
+// added with Due <= now fires later in the same call: if its Due is before
+// Now() that is right after the current event, necessarily out of Due order.
+func (w *Wheel) Advance(now int64, fire func(storage.Event)) {
+	if w.advancing {
+		panic("queue: Wheel.Advance called from inside fire")
+	}
+	w.advancing = true
+	defer func() { w.advancing = false }()
+
+	target := max(now, w.now)
+	w.sortOverdue()
+	w.fireOverdue(fire)
+	for {
+		t, ok := w.nextSlotTime()
+		if !ok || t > target {
+			break
+		}
+		w.steps++
+		w.moveTo(t)
+		w.fireOverdue(fire)
+	}
+	if target > w.now {
+		w.moveTo(target) // cascades only: nothing is due by target any more
+	}
+}
+
+// place puts en (not linked anywhere) where its due belongs relative to now.
+func (w *Wheel) place(en *wheelEntry) {
+	d := en.ev.Due
+	if d <= w.now {
+		en.level, en.slot, en.pos = overdueLevel, 0, int32(len(w.overdue))
+		w.overdue = append(w.overdue, en)
+		if w.overdueLive == 0 || d < w.overdueMin {
+			w.overdueMin = d
+		}
+		w.overdueLive++
+		return
+	}
+	l := 0
+	for l < wheelLevels-1 && d>>(wheelBits*l)-w.now>>(wheelBits*l) >= wheelSlots {
+		l++
+	}
+	s := uint8(d>>(wheelBits*l)) & (wheelSlots - 1)
+	list := w.slots[l][s]
+	if len(list) == 0 {
+		w.mask[l] |= 1 << s
+		w.slotMin[l][s] = d
+	} else if d < w.slotMin[l][s] {
+		w.slotMin[l][s] = d
+	}
+	en.level, en.slot, en.pos = int8(l), s, int32(len(list))
+	w.slots[l][s] = append(list, en)
+}
+
+// unlink takes en out of its slot or the overdue list (not out of index).
+func (w *Wheel) unlink(en *wheelEntry) {
+	if en.level == overdueLevel {
+		w.overdue[en.pos] = nil
+		w.overdueLive--
+		return
+	}
+	l, s := en.level, en.slot
+	list := w.slots[l][s]
+	last := len(list) - 1
+	if int(en.pos) != last {
+		moved := list[last]
+		list[en.pos], moved.pos = moved, en.pos
+	}
+	list[last] = nil
+	if last == 0 {
+		w.slots[l][s] = nil
+		w.mask[l] &^= 1 << s
+	} else {
+		w.slots[l][s] = list[:last]
+	}
+}
+
+// firstSlot returns level l's occupied slot whose tick comes first after
+// now's own tick.
+func (w *Wheel) firstSlot(l int) (uint, bool) {
+	m := w.mask[l]
+	if m == 0 {
+		return 0, false
+	}
+	c := uint(w.now>>(wheelBits*l)) & (wheelSlots - 1)
+	k := uint(bits.TrailingZeros64(bits.RotateLeft64(m, -int(c+1))))
+	return (c + 1 + k) & (wheelSlots - 1), true
+}
+
+// nextSlotTime returns the earliest slotMin over the levels: the next time at
+// which an event fires or a slot's tick begins to hold an event.
+func (w *Wheel) nextSlotTime() (int64, bool) {
+	best, ok := int64(0), false
+	for l := range wheelLevels {
+		if s, occupied := w.firstSlot(l); occupied {
+			if t := w.slotMin[l][s]; !ok || t < best {
+				best, ok = t, true
+			}
+		}
+	}
+	return best, ok
+}
+
+// moveTo sets now to t (> now, and no later than any slotMin) and cascades,
+// top level first, every slot whose tick now contains t. Entries due at t end
+// in the overdue list.
+func (w *Wheel) moveTo(t int64) {
+	w.now = t
+	for l := wheelLevels - 1; l >= 0; l-- {
+		shift := wheelBits * l
+		s := uint8(t>>shift) & (wheelSlots - 1)
+		if w.mask[l]&(1<<s) == 0 || w.slotMin[l][s]>>shift != t>>shift {
+			continue // empty, or (level 5) the tick 64 ahead
+		}
+		list := w.slots[l][s]
+		w.slots[l][s] = nil
+		w.mask[l] &^= 1 << s
+		for _, en := range list {
+			w.place(en) // lands below level l: diff(l) is 0 now
+		}
+		clear(list)
+	}
+}
+
+// sortOverdue drops the nil holes of the overdue list and sorts it by due, so
+// events added overdue between Advance calls fire in order.
+func (w *Wheel) sortOverdue() {
+	live := w.overdue[:0]
+	for _, en := range w.overdue {
+		if en != nil {
+			live = append(live, en)
+		}
+	}
+	clear(w.overdue[len(live):])
+	slices.SortFunc(live, func(a, b *wheelEntry) int { return cmp.Compare(a.ev.Due, b.ev.Due) })
+	for i, en := range live {
+		en.pos = int32(i)
+	}
+	w.overdue = live
+}
+
+// fireOverdue fires the overdue list front to back, including entries that
+// fire appends to it, then empties it.
+func (w *Wheel) fireOverdue(fire func(storage.Event)) {
+	for i := 0; i < len(w.overdue); i++ {
+		en := w.overdue[i]
+		if en == nil {
+			continue
+		}
+		w.overdue[i] = nil
+		w.overdueLive--
+		delete(w.index, wheelKey{en.ev.ID, en.ev.Kind})
+		fire(en.ev)
+	}
+	if cap(w.overdue) > 1024 {
+		w.overdue = nil // do not keep a burst's array
+	} else {
+		w.overdue = w.overdue[:0]
+	}
+}
