@@ -36,7 +36,7 @@ type op struct {
 	// qtimeFn, when set (live operations only), computes qtime from the job
 	// before the record is encoded.
 	qtimeFn func(*Job) int64
-	awake int64  // nack
+	awake   int64 // nack
 	// add
 	job        *Job
 	body       []byte // as stored (compressed when compressed is set)
