@@ -257,3 +257,31 @@ func (b *Broker) Pause(name string, p storage.PauseState) (storage.PauseState, e
 
 // PauseState returns a queue's pause state.
 func (b *Broker) PauseState(name string) storage.PauseState { return b.st.PauseState(name) }
+
+// FlushAll deletes every job and lifts every pause (DEBUG FLUSHALL).
+func (b *Broker) FlushAll() error {
+	for {
+		jobs, err := b.st.ScanJobs("", 1024)
+		if err != nil {
+			return wrapStore(err)
+		}
+		if len(jobs) == 0 {
+			break
+		}
+		ids := make([]string, len(jobs))
+		for i, j := range jobs {
+			ids[i] = j.ID
+		}
+		if _, err := b.DelJob(ids); err != nil {
+			return err
+		}
+	}
+	for _, q := range b.st.Queues("", 1<<30) {
+		if q.Pause != storage.PauseNone {
+			if _, err := b.Pause(q.Name, storage.PauseNone); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

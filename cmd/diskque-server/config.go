@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/diskque/diskque/wal"
+)
+
+// config is the daemon's settings: Disque's directive names, from a config
+// file (first argument) and then from --name value flags, which win.
+type config struct {
+	Port        int
+	Bind        string
+	Dir         string
+	AppendOnly  bool
+	AppendFsync wal.SyncPolicy
+	LogLevel    slog.Level
+	LogFile     string
+	PidFile     string
+	ConfigFile  string
+}
+
+func defaultConfig() config {
+	return config{
+		Port:        7711,
+		Bind:        "127.0.0.1",
+		Dir:         "./data",
+		AppendOnly:  true,
+		AppendFsync: wal.SyncEverySec,
+		LogLevel:    slog.LevelInfo,
+	}
+}
+
+const usage = `usage: diskque-server [config-file] [--directive value ...]
+
+Directives (in the config file as "directive value", or as --directive value):
+  port N                        TCP port (default 7711)
+  bind ADDR                     address to listen on (default 127.0.0.1)
+  dir PATH                      data directory (default ./data)
+  appendonly yes|no             keep jobs on disk (default yes); no = memory only
+  appendfsync always|everysec|no  when the AOF is fsynced (default everysec)
+  loglevel debug|verbose|notice|warning  (default notice)
+  logfile PATH                  log to a file instead of stderr
+  pidfile PATH                  write the process id here
+  include PATH                  (config file only) read another config file
+`
+
+// parseArgs reads the optional config file and the flags.
+func parseArgs(args []string) (config, error) {
+	cfg := defaultConfig()
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cfg.ConfigFile = args[0]
+		if err := cfg.loadFile(args[0], 0); err != nil {
+			return cfg, err
+		}
+		args = args[1:]
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "-h" || a == "--help" || a == "-help" {
+			return cfg, errHelp
+		}
+		name, ok := strings.CutPrefix(a, "--")
+		if !ok || name == "" {
+			return cfg, fmt.Errorf("unexpected argument %q (flags are --directive value)", a)
+		}
+		var value string
+		if n, v, found := strings.Cut(name, "="); found {
+			name, value = n, v
+		} else {
+			if i+1 >= len(args) {
+				return cfg, fmt.Errorf("--%s needs a value", name)
+			}
+			i++
+			value = args[i]
+		}
+		if name == "include" {
+			return cfg, fmt.Errorf("--include is only valid in a config file")
+		}
+		if err := cfg.set(name, []string{value}); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+var errHelp = fmt.Errorf("help requested")
+
+func (c *config) loadFile(path string, depth int) error {
+	if depth > 8 {
+		return fmt.Errorf("%s: includes nested too deep", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	line := 0
+	for sc.Scan() {
+		line++
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+			continue
+		}
+		name, vals := strings.ToLower(fields[0]), fields[1:]
+		if name == "include" {
+			if len(vals) != 1 {
+				return fmt.Errorf("%s:%d: include takes one path", path, line)
+			}
+			inc := vals[0]
+			if !filepath.IsAbs(inc) {
+				inc = filepath.Join(filepath.Dir(path), inc)
+			}
+			if err := c.loadFile(inc, depth+1); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := c.set(name, vals); err != nil {
+			return fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+	}
+	return sc.Err()
+}
+
+// set applies one directive.
+func (c *config) set(name string, vals []string) error {
+	name = strings.ToLower(name)
+	if len(vals) != 1 {
+		return fmt.Errorf("%s takes one value", name)
+	}
+	v := vals[0]
+	switch name {
+	case "port":
+		p, err := strconv.Atoi(v)
+		if err != nil || p < 0 || p > 65535 {
+			return fmt.Errorf("port: %q is not a port number", v)
+		}
+		c.Port = p
+	case "bind":
+		c.Bind = v
+	case "dir":
+		c.Dir = v
+	case "appendonly":
+		switch strings.ToLower(v) {
+		case "yes":
+			c.AppendOnly = true
+		case "no":
+			c.AppendOnly = false
+		default:
+			return fmt.Errorf("appendonly: want yes or no, got %q", v)
+		}
+	case "appendfsync":
+		p, err := wal.ParseSyncPolicy(v)
+		if err != nil {
+			return fmt.Errorf("appendfsync: want always, everysec or no, got %q", v)
+		}
+		c.AppendFsync = p
+	case "loglevel":
+		switch strings.ToLower(v) {
+		case "debug":
+			c.LogLevel = slog.LevelDebug
+		case "verbose", "notice", "info":
+			c.LogLevel = slog.LevelInfo
+		case "warning", "warn":
+			c.LogLevel = slog.LevelWarn
+		default:
+			return fmt.Errorf("loglevel: want debug, verbose, notice or warning, got %q", v)
+		}
+	case "logfile":
+		c.LogFile = v
+	case "pidfile":
+		c.PidFile = v
+	default:
+		return fmt.Errorf("unknown or not yet supported directive %q", name)
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+// Command diskque-server runs a diskque node: a Disque-compatible job queue
+// that keeps its jobs on disk. See the README for a first run.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/queue"
+	"github.com/diskque/diskque/server"
+	"github.com/diskque/diskque/storage"
+)
+
+func main() {
+	cfg, err := parseArgs(os.Args[1:])
+	if errors.Is(err, errHelp) {
+		fmt.Print(usage)
+		return
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "diskque-server: %v\n\n%s", err, usage)
+		os.Exit(2)
+	}
+	if err := run(cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "diskque-server: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg config) error {
+	logOut := io.Writer(os.Stderr)
+	if cfg.LogFile != "" {
+		f, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("logfile: %w", err)
+		}
+		defer f.Close()
+		logOut = f
+	}
+	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	slog.SetDefault(log)
+
+	if cfg.PidFile != "" {
+		if err := os.WriteFile(cfg.PidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+			return fmt.Errorf("pidfile: %w", err)
+		}
+		defer os.Remove(cfg.PidFile)
+	}
+
+	// Listen first: clients get -LOADING rather than a refused connection
+	// while the AOF replays.
+	addr := net.JoinHostPort(cfg.Bind, strconv.Itoa(cfg.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := server.New(server.Options{Logger: log, Info: server.InfoSource{
+		AOFEnabled: cfg.AppendOnly, AppendFsync: cfg.AppendFsync.String(), Dir: cfg.Dir, ConfigFile: cfg.ConfigFile,
+	}})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("diskque listening", "addr", ln.Addr().String(), "dir", cfg.Dir,
+		"appendonly", cfg.AppendOnly, "appendfsync", cfg.AppendFsync.String(), "pid", os.Getpid())
+
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+
+	sopts := storage.DefaultOptions()
+	sopts.Sync = cfg.AppendFsync
+	sopts.Logger = log
+	dir := cfg.Dir
+	if !cfg.AppendOnly {
+		sopts.FS = vfs.NewMem()
+		dir = "mem"
+	}
+	st, err := storage.Open(dir, sopts)
+	if err != nil {
+		srv.Close()
+		return fmt.Errorf("open %s: %w", cfg.Dir, err)
+	}
+	ri := st.RecoveryInfo()
+	stats := st.Stats()
+	log.Info("storage ready", "node", st.NodeID(), "jobs", stats.Jobs, "queued", stats.Queued,
+		"replayed_records", ri.Records, "recovery", ri.Duration.String())
+	broker, err := queue.New(queue.Options{Store: st, Logger: log})
+	if err != nil {
+		srv.Close()
+		st.Close()
+		return err
+	}
+	go broker.Run()
+	srv.SetBroker(broker)
+	log.Info("ready to accept commands")
+
+	var serveErr error
+	select {
+	case sig := <-signals:
+		log.Info("shutting down", "signal", sig.String())
+	case serveErr = <-served:
+		log.Error("server stopped", "err", serveErr)
+	}
+	// Stop accepting and close connections (commands in flight finish and
+	// their replies are durable), then stop the timers, then checkpoint.
+	srv.Close()
+	broker.Close()
+	if err := st.Close(); err != nil {
+		return fmt.Errorf("close storage: %w", err)
+	}
+	log.Info("bye")
+	return serveErr
+}

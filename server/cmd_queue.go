@@ -1,0 +1,82 @@
+package server
+
+import (
+	"strings"
+
+	"github.com/diskque/diskque/storage"
+)
+
+func init() {
+	register(
+		&command{name: "qlen", arity: 2, run: cmdQLen},
+		&command{name: "qpeek", arity: 3, run: cmdQPeek},
+		&command{name: "pause", arity: -3, run: cmdPause},
+	)
+}
+
+func cmdQLen(s *Server, c *call) {
+	c.conn.WriteInt64(c.broker.QueueLen(string(c.args[1])))
+}
+
+// cmdQPeek: QPEEK queue count — oldest first; a negative count, newest first.
+func cmdQPeek(s *Server, c *call) {
+	n, ok := parseInt(c.args[2])
+	if !ok {
+		c.conn.WriteError(errNotInteger)
+		return
+	}
+	newest := n < 0
+	if newest {
+		n = -n
+	}
+	jobs, err := c.broker.Peek(string(c.args[1]), int(min(n, 1<<20)), newest)
+	if err != nil {
+		c.conn.WriteError(errorReply(err))
+		return
+	}
+	c.conn.WriteArray(len(jobs))
+	for _, j := range jobs {
+		c.conn.WriteArray(3)
+		c.conn.WriteBulkString(j.Queue)
+		c.conn.WriteBulkString(j.ID)
+		c.conn.WriteBulk(j.Body)
+	}
+}
+
+// cmdPause: PAUSE queue option… with options in, out, all, none, state and
+// bcast. in/out/all/none set the state (in and out combine); state alone
+// only reports it. The reply is the resulting state.
+func cmdPause(s *Server, c *call) {
+	name := string(c.args[1])
+	var set storage.PauseState
+	change := false
+	for _, a := range c.args[2:] {
+		switch strings.ToLower(string(a)) {
+		case "in":
+			set |= storage.PauseIn
+			change = true
+		case "out":
+			set |= storage.PauseOut
+			change = true
+		case "all":
+			set |= storage.PauseAll
+			change = true
+		case "none":
+			change = true
+		case "state", "bcast":
+			// bcast sends the state to the other nodes: a lone node has none.
+		default:
+			c.conn.WriteError(errSyntax)
+			return
+		}
+	}
+	state := c.broker.PauseState(name)
+	if change {
+		var err error
+		if state, err = c.broker.Pause(name, set); err != nil {
+			c.conn.WriteError(errorReply(err))
+			return
+		}
+	}
+	c.conn.WriteString(state.String())
+}

@@ -1,0 +1,56 @@
+package server
+
+import (
+	"errors"
+
+	"github.com/diskque/diskque/queue"
+	"github.com/diskque/diskque/storage"
+)
+
+// The RESP error replies. Texts follow shared/SPEC.md to the letter.
+const (
+	errBadID        = "BADID Invalid Job ID format."
+	errNoJob        = "NOJOB Job not known in the context of this node."
+	errTooLate      = "TOOLATE Half of job TTL already elapsed, you are no longer allowed to postpone the next delivery."
+	errNoRepl       = "NOREPL Not enough reachable nodes for the requested replication level"
+	errMaxLen       = "MAXLEN Queue is already longer than the specified MAXLEN count"
+	errPausedIn     = "PAUSED Queue paused in input, try later"
+	errLoading      = "LOADING diskque is loading the AOF, please retry"
+	errSyntax       = "ERR syntax error"
+	errNotInteger   = "ERR value is not an integer or out of range"
+	errRetryRepl    = "ERR With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery)"
+	errDelayTTL     = "ERR The specified DELAY is greater than TTL. Job refused since would never be delivered"
+	errShuttingDown = "ERR server is shutting down"
+)
+
+// errorReply maps an error from the broker or the store to a RESP error.
+func errorReply(err error) string {
+	switch {
+	case errors.Is(err, queue.ErrNoJob):
+		return errNoJob
+	case errors.Is(err, queue.ErrTooLate):
+		return errTooLate
+	case errors.Is(err, queue.ErrNoRepl):
+		return errNoRepl
+	case errors.Is(err, queue.ErrMaxLen):
+		return errMaxLen
+	case errors.Is(err, queue.ErrPaused):
+		return errPausedIn
+	case errors.Is(err, queue.ErrClosed), errors.Is(err, storage.ErrClosed):
+		return errShuttingDown
+	case errors.Is(err, storage.ErrFailed):
+		return "IOERR the append-only file failed; writes are refused until the server restarts: " + oneLine(err.Error())
+	}
+	return "ERR " + oneLine(err.Error())
+}
+
+// oneLine makes a message safe for a RESP simple error.
+func oneLine(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c == '\r' || c == '\n' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}
