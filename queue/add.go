@@ -61,7 +61,7 @@ func (b *Broker) AddJobs(reqs []AddRequest) []AddResult {
 			continue
 		}
 		j := b.newJob(r, now)
-		if err := batch.Add(j, r.Body); err != nil {
+		if err := batch.AddNew(j, r.Body); err != nil {
 			out[i].Err = err
 			continue
 		}

@@ -36,6 +36,9 @@ type op struct {
 	// qtimeFn, when set (live operations only), computes qtime from the job
 	// before the record is encoded.
 	qtimeFn func(*Job) int64
+	// fresh (live adds only): the id was just made by NewJobID, so the
+	// lookup that refuses a duplicate id is skipped.
+	fresh bool
 	awake   int64 // nack
 	// add
 	job        *Job

@@ -217,8 +217,10 @@ func (s *Store) resolve(r pebble.Reader, overlay map[string]*Job, o *op) (old, n
 	}
 	if j, ok := overlay[o.id]; ok {
 		old = j
-	} else if old, err = s.getJob(r, o.id); err != nil {
-		return nil, nil, err
+	} else if !o.fresh {
+		if old, err = s.getJob(r, o.id); err != nil {
+			return nil, nil, err
+		}
 	}
 	if o.typ == recAdd {
 		j := *o.job

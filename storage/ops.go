@@ -143,6 +143,20 @@ func (b *Batch) Add(j *Job, body []byte) error {
 	return nil
 }
 
+// AddNew is Add for a job whose id the caller has just made with NewJobID:
+// 144 random bits cannot collide, so the store skips the index lookup that
+// refuses a duplicate id. Never use it for an id that came from elsewhere
+// (a client, another node): a duplicate would corrupt the index.
+func (b *Batch) AddNew(j *Job, body []byte) error {
+	o, err := b.s.addOp(j, body)
+	if err != nil {
+		return err
+	}
+	o.fresh = true
+	b.ops = append(b.ops, o)
+	return nil
+}
+
 // Queue adds a Store.Queue to the batch.
 func (b *Batch) Queue(id string, qtime int64) { b.job(queueOp(id, qtime)) }
 

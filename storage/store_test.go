@@ -181,3 +181,24 @@ func TestBatchSeesItsOwnEarlierOperations(t *testing.T) {
 		t.Fatalf("crash replayed %d records", ri.Records)
 	}
 }
+
+func TestAddNewSkipsOnlyTheDuplicateCheck(t *testing.T) {
+	s := mustOpen(t, vfs.NewCrashableMem())
+	defer s.Close()
+	j := newTestJob(s.NodeID(), "q", 1_000_000_000, 60)
+	b := s.NewBatch()
+	if err := b.AddNew(j, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if res := s.Commit(b); res[0].Err != nil || res[0].Job.BodyLSN == 0 {
+		t.Fatalf("AddNew: %+v", res[0])
+	}
+	if got, err := s.Job(j.ID); err != nil || got.State != StateQueued || s.QueueLen("q") != 1 {
+		t.Fatalf("after AddNew: %+v %v", got, err)
+	}
+	// The checked Add still refuses the same id.
+	again := *j
+	if err := s.Add(&again, []byte("y")); !errors.Is(err, ErrExists) {
+		t.Fatalf("duplicate Add: %v", err)
+	}
+}
