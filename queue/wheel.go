@@ -76,6 +76,7 @@ type Wheel struct {
 	kinds     []storage.EventKind // every kind ever added, for RemoveAll
 	advancing bool
 	steps     uint64 // times Advance visited (fired or cascaded); for tests
+	cascaded  uint64 // entries moved down from levels 1-5; for tests
 }
 
 type wheelKey struct {
@@ -178,8 +179,8 @@ func (w *Wheel) Next() (int64, bool) {
 // fire may call Add, Remove and RemoveAll (not Advance: that panics). During
 // fire, Now() is the firing event's due time (for an event added overdue, the
 // time before this call). An event removed before its turn does not fire; one
-// added with Due <= now fires later in the same call: if its Due is before
-// Now() that is right after the current event, necessarily out of Due order.
+// added with Due <= now fires later in the same call (if its Due is before
+// Now(), with the events due at Now(): necessarily out of Due order).
 func (w *Wheel) Advance(now int64, fire func(storage.Event)) {
 	if w.advancing {
 		panic("queue: Wheel.Advance called from inside fire")
@@ -290,13 +291,16 @@ func (w *Wheel) moveTo(t int64) {
 		shift := wheelBits * l
 		s := uint8(t>>shift) & (wheelSlots - 1)
 		if w.mask[l]&(1<<s) == 0 || w.slotMin[l][s]>>shift != t>>shift {
-			continue // empty, or (level 5) the tick 64 ahead
+			continue // empty, or (level 5) 64 ticks ahead: not due to move
 		}
 		list := w.slots[l][s]
 		w.slots[l][s] = nil
 		w.mask[l] &^= 1 << s
 		for _, en := range list {
 			w.place(en) // lands below level l: diff(l) is 0 now
+		}
+		if l > 0 {
+			w.cascaded += uint64(len(list))
 		}
 		clear(list)
 	}

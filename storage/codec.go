@@ -39,7 +39,7 @@ type op struct {
 	// fresh (live adds only): the id was just made by NewJobID, so the
 	// lookup that refuses a duplicate id is skipped.
 	fresh bool
-	awake   int64 // nack
+	awake int64 // nack
 	// add
 	job        *Job
 	body       []byte // as stored (compressed when compressed is set)
