@@ -92,10 +92,6 @@ func (b *Broker) fireLocked(due []storage.Event, now int64) (storage.Pending, er
 			batch.Queue(j.ID, retryTime(now, j.Retry))
 		case e.Kind == storage.EventRetry && j.QueueTime == e.Due && j.State == storage.StateActive:
 			batch.Requeue(j.ID, retryTime(now, j.Retry))
-		case e.Kind == storage.EventRetry && j.QueueTime == e.Due:
-			// Still queued (or waiting replication) at its retry time:
-			// nothing to requeue, look again one RETRY later.
-			batch.Working(j.ID, retryTime(now, j.Retry))
 		default:
 			continue // stale: the job changed since the event was loaded
 		}

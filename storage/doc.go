@@ -37,7 +37,8 @@
 //
 //   - A job has a q/ key if and only if its state is queued.
 //   - A job has one s/ key per time it is waiting for: AwakeTime (delay),
-//     QueueTime (retry) and Etime (ttl), and no others.
+//     QueueTime (retry, only while active: a queued job is not requeued)
+//     and Etime (ttl), and no others.
 //   - The index on disk never reflects a record that is not durable in the
 //     AOF; after an AOF failure the index is fenced (it can no longer write
 //     files) and the store refuses every operation with ErrFailed until it is

@@ -124,7 +124,8 @@ func validateNew(j *Job) error {
 // MaxQueueNameLen bounds queue names so they fit the queue-order key.
 const MaxQueueNameLen = 1024
 
-// events returns the schedule events a job in this state has.
+// events returns the schedule events a job in this state has: its delay
+// (AwakeTime), its retry (QueueTime, while active) and its ttl (Etime).
 func events(j *Job) (evs [3]Event, n int) {
 	if j == nil {
 		return evs, 0
@@ -133,7 +134,11 @@ func events(j *Job) (evs [3]Event, n int) {
 		evs[n] = Event{Due: j.AwakeTime, Kind: EventDelay, ID: j.ID}
 		n++
 	}
-	if j.QueueTime != 0 {
+	// Only an active job is ever requeued: a queued one is where a requeue
+	// would put it (its QueueTime is kept for SHOW, but nothing is
+	// scheduled), so a backlog of queued jobs costs one schedule key each,
+	// its TTL.
+	if j.QueueTime != 0 && j.State == StateActive {
 		evs[n] = Event{Due: j.QueueTime, Kind: EventRetry, ID: j.ID}
 		n++
 	}
