@@ -45,6 +45,8 @@ type Server struct {
 	ln       net.Listener
 	clients  map[redcon.Conn]*client
 	closing  bool
+	running  int             // handlers executing commands
+	idle     *sync.Cond      // signalled when running drops to 0
 	ctx      context.Context // cancelled by Close: wakes blocked GETJOBs
 	cancel   context.CancelFunc
 	port     int
@@ -70,7 +72,9 @@ func New(opts Options) *Server {
 		opts.MaxPipelineBatch = 256
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{opts: opts, start: time.Now(), clients: map[redcon.Conn]*client{}, ctx: ctx, cancel: cancel}
+	s := &Server{opts: opts, start: time.Now(), clients: map[redcon.Conn]*client{}, ctx: ctx, cancel: cancel}
+	s.idle = sync.NewCond(&s.mu)
+	return s
 }
 
 // SetBroker makes the server ready: loading is over.
@@ -94,8 +98,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	return rs.Serve(ln)
 }
 
-// Close stops accepting, wakes blocked clients and closes every connection.
-// Commands being executed finish first: their replies are durable.
+// Close stops accepting, wakes blocked clients, waits for the commands being
+// executed to finish (their effects are durable when they reply) and closes
+// every connection. Commands read after Close get an error.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closing {
@@ -106,10 +111,16 @@ func (s *Server) Close() error {
 	rs := s.rs
 	s.mu.Unlock()
 	s.cancel()
+	var err error
 	if rs != nil {
-		return rs.Close()
+		err = rs.Close()
 	}
-	return nil
+	s.mu.Lock()
+	for s.running > 0 {
+		s.idle.Wait()
+	}
+	s.mu.Unlock()
+	return err
 }
 
 func (s *Server) accept(conn redcon.Conn) bool {
@@ -132,6 +143,24 @@ func (s *Server) closed(conn redcon.Conn, err error) {
 // that runs of pipelined ADDJOBs can share one commit.
 func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	cmds := append([]redcon.Command{cmd}, conn.ReadPipeline()...)
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		for range cmds {
+			conn.WriteError(errShuttingDown)
+		}
+		conn.Close()
+		return
+	}
+	s.running++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.running--; s.running == 0 {
+			s.idle.Broadcast()
+		}
+		s.mu.Unlock()
+	}()
 	for i := 0; i < len(cmds); {
 		n := s.execute(conn, cmds[i:])
 		i += n
