@@ -44,17 +44,19 @@ const (
 //   - every slot entry lies in its slot with diff as above, so all entries of
 //     one slot share one tick, and no slot holds now's own tick (diff 0);
 //   - mask bit s of level l is set iff that slot is non-empty;
-//   - overdue entries have Due <= now; removed ones leave nil holes;
+//   - overdue entries have Due <= now; removed ones leave nil holes until
+//     the next Advance;
 //   - index maps (ID, Kind) to the one entry of that key, whose level, slot
 //     and pos say where it sits (slot entries are swap-deleted).
 //
-// Advance moves to the earliest slotMin among the levels' first occupied
-// slots (found with a rotate and a trailing-zero count per level), so it
-// visits only times where an event fires or a slot cascades, never the empty
+// Advance jumps from one slotMin to the next: the earliest among the levels'
+// first occupied slots, found with a rotate and a trailing-zero count per
+// level. At each such time t, and at the final now, every slot whose tick
+// contains t is emptied and its entries placed again (lower, or into the
+// overdue list when due at t), then the overdue list fires. So Advance visits
+// only times where an event fires or a slot cascades, never the empty
 // milliseconds between: its cost is O(events fired + slots cascaded), and an
-// event cascades at most five times. When time enters a slot's tick, the slot
-// is emptied and its entries are placed again, at lower levels, or into the
-// overdue list if they are due, which Advance then fires.
+// event cascades at most five times, whatever the jump.
 //
 // Memory: one wheelEntry (about 40 bytes) and one map entry per event, the
 // fixed mask, slot and slotMin arrays, and the backing arrays of non-empty

@@ -1,0 +1,597 @@
+package queue
+
+import (
+	"cmp"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+	"github.com/diskque/diskque/storage"
+)
+
+// TestWheelDataDriven runs the scripts in testdata/wheel (regenerate the
+// expected output with -rewrite, then read it). After every command the
+// harness checks the wheel's invariants (checkInvariants) and fails on a
+// broken one.
+//
+// Times are Unix ms, or relative to the wheel's Now when they start with + or
+// -, with an optional unit: ms (default), s, m, h, d, y (365 d).
+//
+//	init now=<time>
+//	add id=<id> kind=delay|retry|ttl due=<time>   prints ok or out of span
+//	remove id=<id> kind=<kind>                    prints removed or absent
+//	remove-all id=<id>                            prints how many it removed
+//	on-fire id=<id> kind=<kind>                   the input lines (add, remove,
+//	    remove-all commands; times relative to Now at firing) run once, from
+//	    inside fire, when that event fires
+//	advance now=<time> [steps]   the fired events, "<due> <kind> <id>" with
+//	    the on-fire actions under them, then the wheel's now (and the loop
+//	    iterations this call made)
+//	len | next | show            show: the occupied slots, level by level in
+//	    tick order, and the overdue list
+func TestWheelDataDriven(t *testing.T) {
+	datadriven.Walk(t, "testdata/wheel", func(t *testing.T, path string) {
+		h := &wheelHarness{}
+		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
+			out := h.run(t, td)
+			if h.w != nil {
+				if err := h.w.checkInvariants(); err != nil {
+					t.Fatalf("%s: after %s: %v", td.Pos, td.Cmd, err)
+				}
+			}
+			return out
+		})
+	})
+}
+
+type wheelHarness struct {
+	w      *Wheel
+	onFire map[wheelKey][]string
+}
+
+func (h *wheelHarness) run(t *testing.T, td *datadriven.TestData) string {
+	if td.Cmd != "init" && h.w == nil {
+		td.Fatalf(t, "init first")
+	}
+	switch td.Cmd {
+	case "init":
+		now, err := wheelTime(wheelArg(t, td.CmdArgs, "now"), 0)
+		if err != nil {
+			td.Fatalf(t, "%v", err)
+		}
+		h.w, h.onFire = NewWheel(now), map[wheelKey][]string{}
+		return ""
+	case "on-fire":
+		k := wheelKey{wheelArg(t, td.CmdArgs, "id"), wheelKind(t, wheelArg(t, td.CmdArgs, "kind"))}
+		h.onFire[k] = strings.Split(strings.TrimSpace(td.Input), "\n")
+		return ""
+	case "advance":
+		now, err := wheelTime(wheelArg(t, td.CmdArgs, "now"), h.w.Now())
+		if err != nil {
+			td.Fatalf(t, "%v", err)
+		}
+		var b strings.Builder
+		steps := h.w.steps
+		h.w.Advance(now, func(e storage.Event) {
+			fmt.Fprintf(&b, "%d %s %s\n", e.Due, e.Kind, e.ID)
+			k := wheelKey{e.ID, e.Kind}
+			actions := h.onFire[k]
+			delete(h.onFire, k)
+			for _, line := range actions {
+				cmd, args, err := datadriven.ParseLine(line)
+				if err != nil {
+					td.Fatalf(t, "%v", err)
+				}
+				fmt.Fprintf(&b, "  %s at now=%d: %s\n", line, h.w.Now(), h.exec(t, cmd, args))
+			}
+		})
+		fmt.Fprintf(&b, "now=%d\n", h.w.Now())
+		if td.HasArg("steps") {
+			fmt.Fprintf(&b, "steps=%d\n", h.w.steps-steps)
+		}
+		return b.String()
+	case "len":
+		return fmt.Sprintln(h.w.Len())
+	case "next":
+		if next, ok := h.w.Next(); ok {
+			return fmt.Sprintln(next)
+		}
+		return "none\n"
+	case "show":
+		return h.w.show()
+	}
+	return h.exec(t, td.Cmd, td.CmdArgs) + "\n"
+}
+
+// exec runs the commands that also work from inside fire.
+func (h *wheelHarness) exec(t *testing.T, cmd string, args []datadriven.CmdArg) string {
+	switch cmd {
+	case "add":
+		due, err := wheelTime(wheelArg(t, args, "due"), h.w.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := storage.Event{ID: wheelArg(t, args, "id"), Kind: wheelKind(t, wheelArg(t, args, "kind")), Due: due}
+		if h.w.Add(e) {
+			return "ok"
+		}
+		return "out of span"
+	case "remove":
+		if h.w.Remove(wheelArg(t, args, "id"), wheelKind(t, wheelArg(t, args, "kind"))) {
+			return "removed"
+		}
+		return "absent"
+	case "remove-all":
+		return fmt.Sprintf("removed %d", h.w.RemoveAll(wheelArg(t, args, "id")))
+	}
+	t.Fatalf("unknown command %q", cmd)
+	return ""
+}
+
+func wheelArg(t *testing.T, args []datadriven.CmdArg, key string) string {
+	for _, a := range args {
+		if a.Key == key && len(a.Vals) == 1 {
+			return a.Vals[0]
+		}
+	}
+	t.Fatalf("missing argument %s=", key)
+	return ""
+}
+
+func wheelKind(t *testing.T, s string) storage.EventKind {
+	for _, k := range []storage.EventKind{storage.EventDelay, storage.EventRetry, storage.EventTTL} {
+		if s == k.String() || s == string(rune(k)) {
+			return k
+		}
+	}
+	t.Fatalf("unknown kind %q", s)
+	return 0
+}
+
+// wheelTime parses an absolute time, or a relative one (+N or -N, with an
+// optional unit) from now.
+func wheelTime(s string, now int64) (int64, error) {
+	if s == "" || (s[0] != '+' && s[0] != '-') {
+		return strconv.ParseInt(s, 10, 64)
+	}
+	units := []struct {
+		suffix string
+		ms     int64
+	}{{"ms", 1}, {"s", 1000}, {"m", 60_000}, {"h", 3_600_000}, {"d", 86_400_000}, {"y", 365 * 86_400_000}}
+	num, unit := s[1:], int64(1)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, unit = n, u.ms
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	if s[0] == '-' {
+		n = -n
+	}
+	return now + n*unit, nil
+}
+
+// show prints the occupied slots of each level in tick order, then the
+// overdue list.
+func (w *Wheel) show() string {
+	var b strings.Builder
+	for l := range wheelLevels {
+		c := int(w.now>>(wheelBits*l)) & (wheelSlots - 1)
+		for k := 1; k <= wheelSlots; k++ {
+			s := (c + k) & (wheelSlots - 1)
+			if len(w.slots[l][s]) == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, "level %d slot %d min=%d:", l, s, w.slotMin[l][s])
+			for _, e := range sortedEvents(w.slots[l][s]) {
+				fmt.Fprintf(&b, " %d %s %s,", e.Due, e.Kind, e.ID)
+			}
+			b.WriteString("\n")
+		}
+	}
+	if w.overdueLive > 0 {
+		b.WriteString("overdue:")
+		for _, e := range sortedEvents(w.overdue) {
+			fmt.Fprintf(&b, " %d %s %s,", e.Due, e.Kind, e.ID)
+		}
+		b.WriteString("\n")
+	}
+	if b.Len() == 0 {
+		return "empty\n"
+	}
+	return b.String()
+}
+
+func sortedEvents(list []*wheelEntry) []storage.Event {
+	var evs []storage.Event
+	for _, en := range list {
+		if en != nil {
+			evs = append(evs, en.ev)
+		}
+	}
+	slices.SortFunc(evs, cmpWheelEvent)
+	return evs
+}
+
+func cmpWheelEvent(a, b storage.Event) int {
+	return cmp.Or(cmp.Compare(a.Due, b.Due), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.ID, b.ID))
+}
+
+// checkInvariants verifies the invariants of the Wheel doc comment.
+func (w *Wheel) checkInvariants() error {
+	held := 0
+	checkIndex := func(en *wheelEntry) error {
+		if w.index[wheelKey{en.ev.ID, en.ev.Kind}] != en {
+			return fmt.Errorf("entry %v is not the index's", en.ev)
+		}
+		held++
+		return nil
+	}
+	for l := range wheelLevels {
+		shift := wheelBits * l
+		for s := range wheelSlots {
+			list := w.slots[l][s]
+			if (len(list) > 0) != (w.mask[l]&(1<<s) != 0) {
+				return fmt.Errorf("level %d slot %d: %d entries, mask %064b", l, s, len(list), w.mask[l])
+			}
+			if len(list) == 0 {
+				if list != nil {
+					return fmt.Errorf("level %d slot %d: empty slot keeps an array", l, s)
+				}
+				continue
+			}
+			tick := w.slotMin[l][s] >> shift
+			diff := tick - w.now>>shift
+			if int(tick&(wheelSlots-1)) != s || diff < 1 || diff > wheelSlots || (diff == wheelSlots && l < wheelLevels-1) {
+				return fmt.Errorf("level %d slot %d: slotMin %d (tick %d) at now %d", l, s, w.slotMin[l][s], tick, w.now)
+			}
+			for i, en := range list {
+				d := en.ev.Due
+				switch {
+				case int(en.level) != l || int(en.slot) != s || int(en.pos) != i:
+					return fmt.Errorf("%v: says level %d slot %d pos %d, is at %d %d %d", en.ev, en.level, en.slot, en.pos, l, s, i)
+				case d>>shift != tick || d < w.slotMin[l][s]:
+					return fmt.Errorf("%v: not in the tick of level %d slot %d (slotMin %d)", en.ev, l, s, w.slotMin[l][s])
+				}
+				if err := checkIndex(en); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	live := 0
+	for i, en := range w.overdue {
+		if en == nil {
+			continue
+		}
+		live++
+		if en.level != overdueLevel || int(en.pos) != i || en.ev.Due > w.now || en.ev.Due < w.overdueMin {
+			return fmt.Errorf("overdue %v: level %d pos %d (at %d), now %d, overdueMin %d", en.ev, en.level, en.pos, i, w.now, w.overdueMin)
+		}
+		if err := checkIndex(en); err != nil {
+			return err
+		}
+	}
+	if live != w.overdueLive || held != len(w.index) {
+		return fmt.Errorf("overdue %d live (counted %d); index %d, placed %d", live, w.overdueLive, len(w.index), held)
+	}
+	return nil
+}
+
+var wheelSeed = flag.Uint64("wheel.seed", 0, "seed of TestWheelRandom (0: from the clock)")
+
+// wheelModel is the reference: a map of events, fired by repeatedly taking
+// the earliest.
+type wheelModel struct {
+	now int64
+	evs map[wheelKey]storage.Event
+}
+
+func (m *wheelModel) add(e storage.Event) bool {
+	k := wheelKey{e.ID, e.Kind}
+	if e.Due > m.now && e.Due-m.now >= WheelSpan {
+		delete(m.evs, k)
+		return false
+	}
+	m.evs[k] = e
+	return true
+}
+
+func (m *wheelModel) advance(to int64) []storage.Event {
+	target, before := max(to, m.now), m.now
+	var fired []storage.Event
+	for {
+		var first storage.Event
+		found := false
+		for _, e := range m.evs {
+			if e.Due <= target && (!found || cmpWheelEvent(e, first) < 0) {
+				first, found = e, true
+			}
+		}
+		if !found {
+			break
+		}
+		delete(m.evs, wheelKey{first.ID, first.Kind})
+		fired = append(fired, first)
+		m.now = max(first.Due, before) // the wheel's Now inside fire
+		if c, ok := wheelChild(first, m.now); ok {
+			m.add(c)
+		}
+	}
+	m.now = target
+	return fired
+}
+
+// wheelChild decides, as a function of the fired event alone, whether fire
+// schedules a follow-up event, due at least 1 ms after the firing time now.
+// Child ids are unique per (parent, due), so the outcome does not depend on
+// the order of events firing in the same millisecond.
+func wheelChild(e storage.Event, now int64) (storage.Event, bool) {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%c/%d", e.ID, e.Kind, e.Due)
+	x := h.Sum64()
+	if x%4 != 0 || strings.Count(e.ID, "@") >= 2 {
+		return storage.Event{}, false
+	}
+	delta := 1 + int64(x>>8%5000)
+	if x%3 == 0 {
+		delta = 1 + int64(x>>20%(1<<24))
+	}
+	return storage.Event{Due: now + delta, Kind: e.Kind, ID: fmt.Sprintf("%s@%d", e.ID, e.Due)}, true
+}
+
+// TestWheelRandom checks the wheel against wheelModel over random adds,
+// replacements, removals and advances at every level, fire adding follow-up
+// events from inside Advance.
+func TestWheelRandom(t *testing.T) {
+	seed := *wheelSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (rerun with -wheel.seed=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	ops := 20_000
+	if testing.Short() {
+		ops = 3_000
+	}
+	start := 1_700_000_000_000 + rng.Int64N(1<<40)
+	w := NewWheel(start)
+	m := &wheelModel{now: start, evs: map[wheelKey]storage.Event{}}
+	ids := make([]string, 150)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("j%03d", i)
+	}
+	kinds := []storage.EventKind{storage.EventDelay, storage.EventRetry, storage.EventTTL}
+	// delta is up to 64^(l+1) ms for a random level l <= maxLevel, smaller
+	// levels more likely.
+	delta := func(maxLevel int) int64 {
+		l := rng.IntN(maxLevel + 1)
+		if rng.IntN(2) == 0 {
+			l = rng.IntN(l + 1)
+		}
+		return rng.Int64N(int64(1) << (wheelBits * (l + 1)))
+	}
+	var adds, refused, removes, advances, fired int
+	for op := range ops {
+		switch r := rng.IntN(100); {
+		case r < 50:
+			e := storage.Event{ID: ids[rng.IntN(len(ids))], Kind: kinds[rng.IntN(len(kinds))]}
+			switch x := rng.IntN(100); {
+			case x < 5:
+				e.Due = w.Now() - rng.Int64N(5000) // overdue
+			case x < 9:
+				e.Due = w.Now() + WheelSpan - 2 + rng.Int64N(4) // the span's edge
+			default:
+				e.Due = w.Now() + 1 + delta(5)
+			}
+			got, want := w.Add(e), m.add(e)
+			if got != want {
+				t.Fatalf("op %d: Add(%v) = %v at now %d, want %v", op, e, got, w.Now(), want)
+			}
+			adds++
+			if !got {
+				refused++
+			}
+		case r < 62:
+			id, kind := ids[rng.IntN(len(ids))], kinds[rng.IntN(len(kinds))]
+			_, want := m.evs[wheelKey{id, kind}]
+			delete(m.evs, wheelKey{id, kind})
+			if got := w.Remove(id, kind); got != want {
+				t.Fatalf("op %d: Remove(%s, %s) = %v, want %v", op, id, kind, got, want)
+			}
+			removes++
+		case r < 67:
+			id, want := ids[rng.IntN(len(ids))], 0
+			for _, kind := range kinds {
+				if _, ok := m.evs[wheelKey{id, kind}]; ok {
+					delete(m.evs, wheelKey{id, kind})
+					want++
+				}
+			}
+			if got := w.RemoveAll(id); got != want {
+				t.Fatalf("op %d: RemoveAll(%s) = %d, want %d", op, id, got, want)
+			}
+			removes++
+		default:
+			to := w.Now() + delta(6)
+			if rng.IntN(20) == 0 {
+				to = w.Now() - rng.Int64N(1000)
+			}
+			var got []storage.Event
+			w.Advance(to, func(e storage.Event) {
+				got = append(got, e)
+				if c, ok := wheelChild(e, w.Now()); ok {
+					w.Add(c)
+				}
+			})
+			want := m.advance(to)
+			for i := 1; i < len(got); i++ {
+				if got[i].Due < got[i-1].Due {
+					t.Fatalf("op %d: Advance(%d) fired %v after %v", op, to, got[i], got[i-1])
+				}
+			}
+			slices.SortFunc(got, cmpWheelEvent)
+			if !slices.Equal(got, want) {
+				t.Fatalf("op %d: Advance(%d) from %d fired\n%v\nwant\n%v", op, to, m.now, got, want)
+			}
+			advances++
+			fired += len(got)
+		}
+		if w.Len() != len(m.evs) || w.Now() != m.now {
+			t.Fatalf("op %d: Len %d Now %d, want %d %d", op, w.Len(), w.Now(), len(m.evs), m.now)
+		}
+		if err := w.checkInvariants(); err != nil {
+			t.Fatalf("op %d: %v", op, err)
+		}
+		next, ok := w.Next()
+		if ok != (len(m.evs) > 0) {
+			t.Fatalf("op %d: Next ok=%v with %d events", op, ok, len(m.evs))
+		}
+		if ok {
+			earliest := slices.MinFunc(slices.Collect(maps.Values(m.evs)), cmpWheelEvent).Due
+			if next > earliest || (earliest > w.Now() && next <= w.Now()) {
+				t.Fatalf("op %d: Next %d, earliest %d, now %d", op, next, earliest, w.Now())
+			}
+		}
+	}
+	t.Logf("%d adds (%d refused), %d removes, %d advances fired %d events, %d steps",
+		adds, refused, removes, advances, fired, w.steps)
+}
+
+// TestWheelLongJump checks that Advance over years costs iterations for the
+// events it meets, not for the milliseconds it skips.
+func TestWheelLongJump(t *testing.T) {
+	const day = 86_400_000
+	start := int64(1_700_000_000_123)
+	w := NewWheel(start)
+	w.Advance(start+10*365*day, func(e storage.Event) { t.Fatalf("fired %v", e) })
+	if w.steps != 0 || w.Now() != start+10*365*day {
+		t.Fatalf("empty wheel: %d steps, now %d", w.steps, w.Now())
+	}
+
+	start = w.Now()
+	evs := []storage.Event{
+		{Due: start + 1, Kind: storage.EventRetry, ID: "a"},
+		{Due: start + 100*day, Kind: storage.EventDelay, ID: "b"},
+		{Due: start + 700*day, Kind: storage.EventTTL, ID: "c"},
+	}
+	for _, e := range slices.Backward(evs) {
+		if !w.Add(e) {
+			t.Fatalf("Add(%v) refused", e)
+		}
+	}
+	// A removed earliest event leaves a stale slotMin: one more visit.
+	w.Add(storage.Event{Due: start + 700*day - 1, Kind: storage.EventTTL, ID: "gone"})
+	w.Remove("gone", storage.EventTTL)
+
+	var got []storage.Event
+	w.Advance(start+10*365*day, func(e storage.Event) { got = append(got, e) })
+	if !slices.Equal(got, evs) {
+		t.Fatalf("fired %v, want %v", got, evs)
+	}
+	if w.steps > 4 {
+		t.Fatalf("%d steps for 3 events and a removed one", w.steps)
+	}
+	if w.Len() != 0 {
+		t.Fatalf("Len %d", w.Len())
+	}
+}
+
+// TestWheelCascadeOnce checks that an event at level 5 in the slot of now's
+// own tick (64 ticks ahead) is not moved while time stays in that tick, and
+// that an event cascades at most once per level.
+func TestWheelCascadeOnce(t *testing.T) {
+	w := NewWheel(1000)
+	far := storage.Event{Due: 1000 + WheelSpan - 1, Kind: storage.EventTTL, ID: "far"}
+	if !w.Add(far) || w.index[wheelKey{far.ID, far.Kind}].level != wheelLevels-1 {
+		t.Fatalf("far event not at level %d", wheelLevels-1)
+	}
+	fired := 0
+	for range 1000 {
+		w.Add(storage.Event{Due: w.Now() + 1, Kind: storage.EventRetry, ID: "tick"})
+		w.Advance(w.Now()+1, func(storage.Event) { fired++ })
+	}
+	if fired != 1000 || w.steps != 1000 || w.cascaded != 0 {
+		t.Fatalf("fired %d in %d steps, %d entries cascaded", fired, w.steps, w.cascaded)
+	}
+	w.Advance(far.Due, func(e storage.Event) {
+		if e != far {
+			t.Fatalf("fired %v", e)
+		}
+		fired++
+	})
+	if fired != 1001 || w.cascaded > wheelLevels-1 {
+		t.Fatalf("fired %d, %d entries cascaded", fired, w.cascaded)
+	}
+}
+
+// TestWheelAdvanceFromFire checks that Advance refuses to run inside fire and
+// that the wheel stays usable after a panicking fire.
+func TestWheelAdvanceFromFire(t *testing.T) {
+	w := NewWheel(0)
+	w.Add(storage.Event{Due: 5, Kind: storage.EventRetry, ID: "a"})
+	w.Add(storage.Event{Due: 5, Kind: storage.EventRetry, ID: "b"})
+	func() {
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "inside fire") {
+				t.Fatalf("recovered %v", r)
+			}
+		}()
+		w.Advance(10, func(storage.Event) { w.Advance(20, nil) })
+	}()
+	if err := w.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	w.Advance(10, func(storage.Event) { n++ })
+	if n != 1 || w.Len() != 0 {
+		t.Fatalf("after the panic: fired %d, Len %d", n, w.Len())
+	}
+}
+
+// BenchmarkWheelAddAdvance adds 1M events due within an hour, then advances
+// through the hour in steps, as the server loop would; ns/event covers one
+// Add and one firing.
+func BenchmarkWheelAddAdvance(b *testing.B) {
+	const (
+		events = 1_000_000
+		hour   = 3_600_000
+		start  = 1_700_000_000_000
+	)
+	rng := rand.New(rand.NewPCG(1, 2))
+	evs := make([]storage.Event, events)
+	for i := range evs {
+		evs[i] = storage.Event{Due: start + 1 + rng.Int64N(hour), Kind: storage.EventRetry, ID: fmt.Sprintf("D-%08x-%024x-%04x", i, rng.Uint64(), i&0xffff)}
+	}
+	for _, step := range []int64{1, 10} {
+		b.Run(fmt.Sprintf("step=%dms", step), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				w := NewWheel(start)
+				for _, e := range evs {
+					w.Add(e)
+				}
+				fired := 0
+				for now := start + step; now <= start+hour+step; now += step {
+					w.Advance(now, func(storage.Event) { fired++ })
+				}
+				if fired != events {
+					b.Fatalf("fired %d", fired)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*events), "ns/event")
+		})
+	}
+}
