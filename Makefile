@@ -33,8 +33,10 @@ fmt:
 # fuzz runs each fuzz target for FUZZTIME (the seed corpora already run in `make test`).
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test ./wal -run '^$$' -fuzz FuzzDecodeFrame -fuzztime $(FUZZTIME)
-	$(GO) test ./storage -run '^$$' -fuzz FuzzDecodeRecord -fuzztime $(FUZZTIME)
+	$(GO) test ./wal -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./wal -run '^$$' -fuzz '^FuzzRepairTail$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./storage -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./storage -run '^$$' -fuzz '^FuzzDecodeJob$$' -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf $(BIN)

@@ -18,8 +18,8 @@ type Options struct {
 	// Horizon is how far ahead the timer wheel holds schedule events; later
 	// ones stay on disk until the loader reaches them. Default 10 minutes.
 	Horizon time.Duration
-	// MaxTimers bounds the events in the wheel: when more are due inside the
-	// horizon, the horizon shrinks. Default 1,000,000.
+	// MaxTimers bounds the events in the wheel (about 150 bytes each): when
+	// more are due inside the horizon, the horizon shrinks. Default 200,000.
 	MaxTimers int
 	// Now is the clock. Default time.Now. Only the broker reads it; the data
 	// structures take time as an argument.
@@ -37,7 +37,7 @@ func (o *Options) EnsureDefaults() {
 		o.Horizon = 10 * time.Minute
 	}
 	if o.MaxTimers == 0 {
-		o.MaxTimers = 1_000_000
+		o.MaxTimers = 200_000
 	}
 	if o.Now == nil {
 		o.Now = time.Now
