@@ -333,7 +333,13 @@ func (s *Store) addQueued(queue string, delta int64) {
 }
 
 func (s *Store) addLive(j *Job, sign int64) {
-	seg := s.log.SegmentOf(j.BodyLSN)
+	seg, ok := s.log.SegmentOf(j.BodyLSN)
+	if !ok {
+		// Truncation keeps every segment with a live body, so this is
+		// damage; charging another segment would make it look dead.
+		s.opts.Logger.Error("storage: job's body is in a removed aof segment", "job", j.ID, "lsn", j.BodyLSN)
+		return
+	}
 	l := s.segments[seg]
 	l.bodies += sign
 	l.bytes += sign * int64(j.StoredSize)

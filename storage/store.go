@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -31,8 +32,10 @@ type Store struct {
 	mu      sync.Mutex
 	applied wal.LSN // end of the last record applied to the index
 	failed  error   // sticky: the index and the log may disagree; reopen
-	closed  bool
-	scratch []byte
+	// failedCh is closed when failed is set.
+	failedCh chan struct{}
+	closed   bool
+	scratch  []byte
 	// Derived counters, persisted in every batch that changes them.
 	queued   map[string]int64        // queued jobs per queue
 	paused   map[string]PauseState   // non-none pause states
@@ -98,6 +101,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		dirtyQueues:   map[string]struct{}{},
 		dirtySegments: map[wal.LSN]struct{}{},
 		ckptKick:      make(chan struct{}, 1),
+		failedCh:      make(chan struct{}),
 		ckptStop:      make(chan struct{}),
 		ckptDone:      make(chan struct{}),
 	}
@@ -122,7 +126,7 @@ func (s *Store) open() error {
 		FS:           s.fence,
 		DisableWAL:   true,
 		MemTableSize: s.opts.MemTableSize,
-		Logger:       pebbleLogger{s.opts.Logger},
+		Logger:       pebbleLogger{l: s.opts.Logger, fence: s.fence},
 		EventListener: &pebble.EventListener{
 			// Pebble persists a memtable only after this returns: make every
 			// record the memtable holds durable in the AOF first.
@@ -309,6 +313,7 @@ func (s *Store) failLocked(err error) {
 	s.fence.fence(err)
 	if s.failed == nil {
 		s.failed = err
+		close(s.failedCh)
 		s.opts.Logger.Error("storage: store failed; reopen to recover", "err", err)
 	}
 }
@@ -363,7 +368,11 @@ func (s *Store) Checkpoint() error {
 		s.mu.Unlock()
 		return err
 	}
+	// The live-body counts as of applied: the flushed index will reference
+	// at least these bodies. Operations applied during the flush may make a
+	// segment look dead now, but the flushed index may predate them.
 	applied := s.applied
+	live := maps.Clone(s.segments)
 	s.mu.Unlock()
 	// Flush makes durable every batch applied before it was called; the
 	// FlushBegin hook syncs the AOF first.
@@ -371,29 +380,37 @@ func (s *Store) Checkpoint() error {
 		s.fail(err)
 		return err
 	}
-	if err := s.db.Flush(); err != nil {
+	flushed, err := s.db.AsyncFlush()
+	if err != nil {
 		return fmt.Errorf("storage: flush index: %w", err)
+	}
+	select {
+	case <-flushed:
+	case <-s.failedCh:
+		// The AOF failed under the flush: the index is fenced and the
+		// flush will never complete.
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.usableLocked()
 	}
 	s.mu.Lock()
 	s.lastCkptEnd = applied
 	s.mu.Unlock()
-	return s.truncateLog(applied)
+	return s.truncateLog(applied, live)
 }
 
-// truncateLog removes front segments that end at or before the durable
-// checkpoint and hold no live body.
-func (s *Store) truncateLog(checkpoint wal.LSN) error {
+// truncateLog removes the front segments that end at or before the durable
+// checkpoint and held no live body at it.
+func (s *Store) truncateLog(checkpoint wal.LSN, live map[wal.LSN]segmentLive) error {
 	segs := s.log.Segments()
 	cut := wal.LSN(0)
-	s.mu.Lock()
 	for _, seg := range segs[:len(segs)-1] {
 		end := seg.First + wal.LSN(seg.Size)
-		if end > checkpoint || s.segments[seg.First].bodies > 0 {
+		if end > checkpoint || live[seg.First].bodies > 0 {
 			break
 		}
 		cut = end
 	}
-	s.mu.Unlock()
 	if cut == 0 {
 		return nil
 	}
@@ -469,13 +486,21 @@ func (s *Store) closeFiles() error {
 	return nil
 }
 
-// pebbleLogger routes Pebble's messages to slog.
-type pebbleLogger struct{ l *slog.Logger }
+// pebbleLogger routes Pebble's messages to slog. Once the index is fenced
+// Pebble retries its failing flushes in a loop; those errors go to Debug.
+type pebbleLogger struct {
+	l     *slog.Logger
+	fence *fenceFS
+}
 
 func (p pebbleLogger) Infof(format string, args ...any) {
 	p.l.Debug("pebble: " + fmt.Sprintf(format, args...))
 }
 func (p pebbleLogger) Errorf(format string, args ...any) {
+	if p.fence != nil && p.fence.check() != nil {
+		p.l.Debug("pebble (index fenced): " + fmt.Sprintf(format, args...))
+		return
+	}
 	p.l.Error("pebble: " + fmt.Sprintf(format, args...))
 }
 func (p pebbleLogger) Fatalf(format string, args ...any) {

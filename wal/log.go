@@ -109,6 +109,13 @@ func Open(dir string, opts Options) (*Log, error) {
 		if err != nil {
 			return nil, err
 		}
+		// What the last segment holds may be only in the page cache (the
+		// process crashed, the machine did not). It is about to be treated
+		// as durable — the index may checkpoint past it — so make it so.
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("wal: fsync segment %s: %w", segmentName(last.first), err)
+		}
 		l.active = f
 	}
 	l.segs = segs
@@ -307,15 +314,16 @@ func (l *Log) Segments() []SegmentInfo {
 }
 
 // SegmentOf returns the first LSN of the segment holding (or, for a record
-// still pending, bound to hold) lsn.
-func (l *Log) SegmentOf(lsn LSN) LSN {
+// still pending, bound to hold) lsn; false if lsn is below the first
+// segment still held.
+func (l *Log) SegmentOf(lsn LSN) (LSN, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	i := sort.Search(len(l.starts), func(i int) bool { return l.starts[i] > lsn }) - 1
 	if i < 0 {
-		return l.starts[0]
+		return 0, false
 	}
-	return l.starts[i]
+	return l.starts[i], true
 }
 
 // writeLoop is the single writer: it takes every pending chunk, writes them,

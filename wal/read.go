@@ -272,7 +272,7 @@ func repairTail(fs vfs.FS, dir string, seg segment, logger *slog.Logger) (int64,
 			off += n
 			continue
 		}
-		if fe == frameBad && validFrameFollows(frames, off) {
+		if fe == frameBad && validFrameFollows(frames, off) && !tornSector(b, segmentHeaderSize+off) {
 			return 0, fmt.Errorf("%w: segment %s offset %d (lsn %d): bad record followed by valid ones",
 				ErrCorrupt, name, segmentHeaderSize+off, uint64(seg.first)+uint64(off))
 		}
@@ -300,6 +300,41 @@ func repairTail(fs vfs.FS, dir string, seg segment, logger *slog.Logger) (int64,
 		return 0, fmt.Errorf("wal: truncate %s: %w", name, err)
 	}
 	return int64(off), nil
+}
+
+// sectorSize is the unit a disk writes atomically; unsynced pages can reach
+// the disk in any order, so a crash can leave whole zeroed sectors inside
+// the unsynced tail.
+const sectorSize = 512
+
+// tornSector reports whether the frame starting at file offset start (its
+// claimed extent, or to the end of the file) contains a whole, aligned,
+// all-zero sector: the mark of a write torn by a crash, not of a bit flip
+// (as etcd's WAL decides). A record with a zeroed sector followed by valid
+// records is a torn unsynced tail, and is cut like any torn tail.
+func tornSector(file []byte, start int) bool {
+	end := len(file)
+	if start+frameHeaderSize <= len(file) {
+		n := int(uint32(file[start]) | uint32(file[start+1])<<8 | uint32(file[start+2])<<16 | uint32(file[start+3])<<24)
+		if n <= MaxPayload && start+frameHeaderSize+n < end {
+			end = start + frameHeaderSize + n
+		}
+	}
+	for sec := (start + sectorSize - 1) / sectorSize * sectorSize; sec+sectorSize <= end; sec += sectorSize {
+		if allZero(file[sec : sec+sectorSize]) {
+			return true
+		}
+	}
+	return false
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // validFrameFollows reports whether the bad frame at off claims a length that

@@ -484,3 +484,65 @@ func TestCrashKeepsDurablePrefix(t *testing.T) {
 		})
 	}
 }
+
+// TestZeroedSectorInUnsyncedTailIsTorn: unsynced pages reach the disk in any
+// order, so a crash can leave a large record with a zeroed sector followed by
+// whole records. That is a torn tail (cut), not damage (refused); a bit flip
+// in the same place is still damage.
+func TestZeroedSectorInUnsyncedTailIsTorn(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		corrupt func(b []byte, start int)
+		wantErr bool
+	}{
+		{"zeroed-sector", func(b []byte, start int) {
+			sec := (start+frameHeaderSize+sectorSize-1)/sectorSize*sectorSize + sectorSize
+			clear(b[sec : sec+sectorSize])
+		}, false},
+		{"bit-flip", func(b []byte, start int) { b[start+frameHeaderSize+2000] ^= 0x10 }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := TestingOptions()
+			l, err := Open("db", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			small := Record{Type: 1, Payload: []byte("before")}
+			if _, _, err := l.Append(small); err != nil {
+				t.Fatal(err)
+			}
+			big, _, err := l.Append(Record{Type: 1, Payload: bytes.Repeat([]byte{0xab}, 6000)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 3; i++ {
+				if _, _, err := l.Append(Record{Type: 1, Payload: []byte("after")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l.Close()
+			fs := opts.FS.(interface {
+				UnsafeGetFileDataBuffer(string) ([]byte, error)
+			})
+			b, err := fs.UnsafeGetFileDataBuffer("db/" + segmentName(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.corrupt(b, segmentHeaderSize+int(big))
+			l, err = Open("db", opts)
+			if tc.wantErr {
+				if !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("open after a bit flip: %v, want ErrCorrupt", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("open after a zeroed sector: %v", err)
+			}
+			defer l.Close()
+			if l.End() != big {
+				t.Fatalf("log ends at %d, want the torn record's start %d", l.End(), big)
+			}
+		})
+	}
+}
