@@ -1,0 +1,149 @@
+package server
+
+import (
+	"bufio"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/queue"
+	"github.com/diskque/diskque/storage"
+)
+
+// startServer runs a Server on 127.0.0.1:0; the broker is set by the caller
+// (nil: still loading).
+func startServer(t *testing.T) (*Server, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{})
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		s.Close()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return s, ln.Addr().String()
+}
+
+func newBroker(t *testing.T) *queue.Broker {
+	t.Helper()
+	opts := storage.TestingOptions()
+	opts.FS = vfs.NewMem()
+	st, err := storage.Open("data", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := queue.New(queue.Options{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go b.Run()
+	t.Cleanup(func() { b.Close(); st.Close() })
+	return b
+}
+
+// roundTrip writes raw RESP (or inline commands) in one write and reads n
+// replies' first lines.
+func roundTrip(t *testing.T, addr, raw string, n int) []string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte(raw)); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	var out []string
+	for len(out) < n {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("after %q: %v", out, err)
+		}
+		out = append(out, strings.TrimRight(line, "\r\n"))
+	}
+	return out
+}
+
+func TestLoadingUntilBrokerIsSet(t *testing.T) {
+	s, addr := startServer(t)
+	got := roundTrip(t, addr, "PING\r\nQLEN q\r\nINFO persistence\r\n", 3)
+	if got[0] != "+PONG" || !strings.HasPrefix(got[1], "-LOADING ") || !strings.HasPrefix(got[2], "$") {
+		t.Fatalf("while loading: %q", got)
+	}
+	s.SetBroker(newBroker(t))
+	if got := roundTrip(t, addr, "QLEN q\r\n", 1); got[0] != ":0" {
+		t.Fatalf("after loading: %q", got)
+	}
+}
+
+// A pipeline of ADDJOBs shares one commit; bad ones among them still get
+// their own error, in order.
+func TestPipelinedAddJobsReplyInOrder(t *testing.T) {
+	s, addr := startServer(t)
+	s.SetBroker(newBroker(t))
+	got := roundTrip(t, addr,
+		"ADDJOB q a 0\r\nADDJOB q b 0 TTL 0\r\naddjob q c 0 BOGUS 1\r\nADDJOB q d 0\r\nQLEN q\r\nADDJOB q e 0 DELAY 5 TTL 5\r\n", 6)
+	if !strings.HasPrefix(got[0], "+D-") || !strings.HasPrefix(got[3], "+D-") {
+		t.Fatalf("ids: %q", got)
+	}
+	if got[1] != "-ERR TTL must be greater than zero" || got[2] != "-ERR syntax error" || got[4] != ":2" ||
+		got[5] != "-"+errDelayTTL {
+		t.Fatalf("replies: %q", got)
+	}
+}
+
+func TestCloseWakesBlockedClientsAndLeaksNothing(t *testing.T) {
+	b := newBroker(t)
+	before := runtime.NumGoroutine() // the store's and the broker's are counted
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{})
+	s.SetBroker(b)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("GETJOB FROM nothing\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Stats().BlockedClients != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("client never blocked")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if b.Stats().BlockedClients != 0 {
+		t.Fatal("blocked client still registered after Close")
+	}
+	c.Close()
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("goroutines leaked: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
