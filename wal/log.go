@@ -358,10 +358,14 @@ func (l *Log) flushPending() {
 		return
 	}
 	wantSync := l.opts.Sync == SyncAlways || l.syncWanted > l.synced
+	activeFirst := l.segs[len(l.segs)-1].first
 	l.mu.Unlock()
 
 	var err error
 	var newSegs []segment
+	// ends records where each segment written to now ends: one flush may
+	// finish the old segment and start new ones.
+	var ends []segment
 	written := LSN(0)
 	for _, c := range chunks {
 		if c.newSegment {
@@ -369,12 +373,14 @@ func (l *Log) flushPending() {
 				break
 			}
 			newSegs = append(newSegs, segment{first: c.first})
+			activeFirst = c.first
 		}
 		if _, err = l.active.Write(c.data); err != nil {
 			err = fmt.Errorf("wal: write segment: %w", err)
 			break
 		}
 		written = c.first + LSN(len(c.data))
+		ends = append(ends, segment{first: activeFirst, size: int64(written - activeFirst)})
 	}
 	if err == nil && (wantSync || len(newSegs) > 0 && l.opts.Sync == SyncAlways) {
 		if err = l.active.Sync(); err != nil {
@@ -386,9 +392,13 @@ func (l *Log) flushPending() {
 	defer l.mu.Unlock()
 	// Account new segments and bytes even on error, so the list matches disk.
 	l.segs = append(l.segs, newSegs...)
-	if written > 0 {
-		last := &l.segs[len(l.segs)-1]
-		last.size = int64(written - last.first)
+	for _, e := range ends {
+		for i := len(l.segs) - 1; i >= 0; i-- {
+			if l.segs[i].first == e.first {
+				l.segs[i].size = e.size
+				break
+			}
+		}
 	}
 	for _, c := range chunks {
 		l.pendingBytes -= len(c.data)

@@ -149,3 +149,42 @@ func TestConcurrentAppendsAreContiguous(t *testing.T) {
 		})
 	}
 }
+
+// TestRollInsideOneFlushKeepsTheOldSegmentReadable: one flush that ends the
+// old segment and starts a new one must record both segments' sizes, or
+// records written just before the roll cannot be read until a restart.
+func TestRollInsideOneFlushKeepsTheOldSegmentReadable(t *testing.T) {
+	opts := TestingOptions()
+	opts.Sync = SyncNever
+	l, err := Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	payload := bytes.Repeat([]byte{'x'}, 1000)
+	// Enqueue without waiting, so many records (and a roll) share a flush.
+	var lsns []LSN
+	var end LSN
+	for i := 0; i < 200; i++ {
+		first, e, err := l.Enqueue(Record{Type: 1, Payload: payload})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lsns, end = append(lsns, first), e
+	}
+	if err := l.Wait(end); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(l.Segments()); n < 3 {
+		t.Fatalf("want several segments, got %d", n)
+	}
+	for _, lsn := range lsns {
+		if _, err := l.Read(lsn); err != nil {
+			t.Fatalf("read %d: %v (segments %+v)", lsn, err, l.Segments())
+		}
+	}
+	n := 0
+	if err := l.Replay(0, func(LSN, Record) error { n++; return nil }); err != nil || n != len(lsns) {
+		t.Fatalf("replay: %d records, %v", n, err)
+	}
+}
