@@ -248,3 +248,6 @@ func (s *Store) NodeID() string {
 func (s *Store) Sync() error {
 	return s.log.Sync()
 }
+
+// IndexMetrics returns the Pebble index's metrics (levels, cache, flushes).
+func (s *Store) IndexMetrics() *pebble.Metrics { return s.db.Metrics() }

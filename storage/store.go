@@ -142,9 +142,7 @@ func (s *Store) open() error {
 	for i := range popts.Levels {
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
-	cache := pebble.NewCache(s.opts.CacheSize)
-	defer cache.Unref()
-	popts.Cache = cache
+	popts.CacheSize = s.opts.CacheSize
 	s.db, err = pebble.Open(fs.PathJoin(s.dir, indexDir), popts)
 	if err != nil {
 		return fmt.Errorf("storage: open index: %w", err)
