@@ -31,10 +31,7 @@ func (b *Broker) DelJob(ids []string) (int, error) {
 }
 
 func (b *Broker) deleteJobs(ids []string, count func(*Stats, int64)) (int, error) {
-	return b.jobBatch(ids, func(batch *storage.Batch, j *storage.Job, now int64) bool {
-		batch.Delete(j.ID)
-		return true
-	}, func(old, nj *storage.Job, now int64) {
+	return b.blindBatch(ids, (*storage.Batch).Delete, func(old, nj *storage.Job, now int64) {
 		if old.State == storage.StateQueued {
 			b.unqueuedLocked(old)
 		}
@@ -86,13 +83,8 @@ func (b *Broker) Enqueue(ids []string) (int, error) {
 // Dequeue takes queued jobs out of their queues without delivering them
 // (DEQUEUE). It returns how many were dequeued.
 func (b *Broker) Dequeue(ids []string) (int, error) {
-	return b.jobBatch(ids, func(batch *storage.Batch, j *storage.Job, now int64) bool {
-		if j.State != storage.StateQueued {
-			return false
-		}
-		batch.Dequeue(j.ID)
-		return true
-	}, func(old, nj *storage.Job, now int64) {
+	// The store refuses (ErrWrongState) a job that is not queued.
+	return b.blindBatch(ids, (*storage.Batch).Dequeue, func(old, nj *storage.Job, now int64) {
 		b.unqueuedLocked(old)
 	})
 }
@@ -180,6 +172,46 @@ func (b *Broker) jobBatch(ids []string,
 		if done != nil {
 			done(olds[i], r.Job, now)
 		}
+	}
+	b.mu.Unlock()
+	if err := pending.Wait(); err != nil {
+		return 0, wrapStore(err)
+	}
+	return n, nil
+}
+
+// blindBatch adds one operation per distinct id to a store batch without
+// reading the jobs first: the store skips unknown ids and refuses jobs in the
+// wrong state, and reports each job's state before (Result.Old) to done.
+func (b *Broker) blindBatch(ids []string, add func(*storage.Batch, string),
+	done func(old, nj *storage.Job, now int64)) (int, error) {
+	now := b.nowMillis()
+	b.mu.Lock()
+	if err := b.checkOpenLocked(); err != nil {
+		b.mu.Unlock()
+		return 0, err
+	}
+	batch := b.st.NewBatch()
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if !seen[id] { // the same id twice counts once
+			seen[id] = true
+			add(batch, id)
+		}
+	}
+	res, pending := b.st.Apply(batch)
+	n := 0
+	for _, r := range res {
+		if r.Err != nil {
+			if errUnusable(r.Err) {
+				b.mu.Unlock()
+				return 0, wrapStore(r.Err)
+			}
+			continue // unknown, or not in a state the command applies to
+		}
+		n++
+		b.syncTimersLocked(r.Old.ID, r.Job)
+		done(r.Old, r.Job, now)
 	}
 	b.mu.Unlock()
 	if err := pending.Wait(); err != nil {

@@ -23,6 +23,9 @@ type Result struct {
 	// Job is the job after the operation (nil for deletes and for
 	// operations that are not about one job).
 	Job *Job
+	// Old is the job before the operation (nil for adds and for operations
+	// that are not about one job).
+	Old *Job
 	Err error
 }
 
@@ -158,7 +161,7 @@ func (s *Store) apply(ops []*op, res []Result) Pending {
 		if overlay != nil && o.id != "" {
 			overlay[o.id] = nj
 		}
-		res[i].Job = nj
+		res[i].Job, res[i].Old = nj, old
 	}
 	if end == 0 && failure == nil {
 		b.Close()
