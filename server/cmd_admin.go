@@ -66,7 +66,7 @@ func cmdHello(s *Server, c *call) {
 		c.conn.WriteError(errLoading)
 		return
 	}
-	host, port := s.addrParts()
+	host, port := s.advertised(c)
 	c.conn.WriteArray(3)
 	c.conn.WriteInt(1)
 	c.conn.WriteBulkString(c.broker.NodeID())
@@ -81,7 +81,7 @@ func cmdHello(s *Server, c *call) {
 // replication.
 func cmdCluster(s *Server, c *call) {
 	id := c.broker.NodeID()
-	host, port := s.addrParts()
+	host, port := s.advertised(c)
 	switch strings.ToLower(string(c.args[1])) {
 	case "myid":
 		c.conn.WriteBulkString(id)

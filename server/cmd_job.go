@@ -194,12 +194,17 @@ func cmdGetJob(s *Server, c *call) {
 		c.conn.WriteError(errReply)
 		return
 	}
+	ctx := s.ctx
 	if !req.NoHang {
-		// Replies to earlier pipelined commands go out before we block.
+		// Replies to earlier pipelined commands go out before we block,
+		// and a client that hangs up while blocked is not served a job.
 		flush(c.conn)
+		var stop func()
+		ctx, stop = watchPeer(s.ctx, c.conn.NetConn())
+		defer stop()
 	}
-	jobs, err := c.broker.GetJobs(s.ctx, req)
-	if err != nil && s.ctx.Err() == nil {
+	jobs, err := c.broker.GetJobs(ctx, req)
+	if err != nil && ctx.Err() == nil {
 		c.conn.WriteError(errorReply(err))
 		return
 	}

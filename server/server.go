@@ -178,3 +178,16 @@ func (s *Server) addrParts() (string, string) {
 	defer s.mu.Unlock()
 	return s.host, strconv.Itoa(s.port)
 }
+
+// advertised is the address HELLO and CLUSTER NODES give for this node: the
+// listener's, or — when it listens on a wildcard address such as 0.0.0.0 —
+// the local address the client reached, which the client can use.
+func (s *Server) advertised(c *call) (string, string) {
+	host, port := s.addrParts()
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		if tcp, ok := c.conn.NetConn().LocalAddr().(*net.TCPAddr); ok {
+			host = tcp.IP.String()
+		}
+	}
+	return host, port
+}

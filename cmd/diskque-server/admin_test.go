@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -287,10 +286,6 @@ func TestAdminCommands(t *testing.T) {
 // when the server listens on all interfaces.
 func TestHelloWildcardBind(t *testing.T) {
 	t.Parallel()
-	if os.Getenv("DISKQUE_E2E_BUGS") == "" {
-		t.Skip("BUG: with --bind 0.0.0.0 HELLO advertises ip \"::\" and CLUSTER NODES \":::port\"; " +
-			"set DISKQUE_E2E_BUGS=1 to run")
-	}
 	s := startServer(t, "--bind", "0.0.0.0")
 	c := s.client(t)
 	h := doArr(t, c, "HELLO")

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -274,10 +273,6 @@ func TestRawProtocol(t *testing.T) {
 // such connections behind all the time.
 func TestBlockedClientDisconnect(t *testing.T) {
 	t.Parallel()
-	if os.Getenv("DISKQUE_E2E_BUGS") == "" {
-		t.Skip("BUG: a client that disconnects while blocked in GETJOB stays a waiter and is handed the next job, " +
-			"which is lost (RETRY 0) or delayed by RETRY; set DISKQUE_E2E_BUGS=1 to run")
-	}
 	s := startServer(t)
 	c := s.client(t)
 	rc := s.raw(t)
