@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/storage"
@@ -41,7 +42,11 @@ func errorReply(err error) string {
 	case errors.Is(err, storage.ErrFailed):
 		return "IOERR the append-only file failed; writes are refused until the server restarts: " + oneLine(err.Error())
 	}
-	return "ERR " + oneLine(err.Error())
+	msg := err.Error()
+	for _, prefix := range []string{"queue: ", "storage: "} {
+		msg = strings.TrimPrefix(msg, prefix)
+	}
+	return "ERR " + oneLine(msg)
 }
 
 // oneLine makes a message safe for a RESP simple error.
