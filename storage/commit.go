@@ -220,6 +220,8 @@ func (s *Store) resolve(r pebble.Reader, overlay map[string]*Job, o *op) (old, n
 	}
 	if j, ok := overlay[o.id]; ok {
 		old = j
+	} else if j, ok := s.cache.get(o.id); ok {
+		old = j
 	} else if !o.fresh {
 		if old, err = s.getJob(r, o.id); err != nil {
 			return nil, nil, err
@@ -262,6 +264,11 @@ func (s *Store) write(b *pebble.Batch, o *op, old, nj *Job, lsn wal.LSN) error {
 	if old == nil && nj == nil {
 		// A transition of a job deleted earlier in the log: nothing to do.
 		return nil
+	}
+	if nj != nil {
+		s.cache.put(nj)
+	} else {
+		s.cache.drop(old.ID)
 	}
 	return s.putJob(b, old, nj)
 }

@@ -28,6 +28,10 @@ type Options struct {
 	MemTableSize uint64
 	// CacheSize is the index's block cache. Default 64 MiB.
 	CacheSize int64
+	// JobCacheSize is how many recently written jobs are kept in memory so
+	// the commit path skips the index for them (about 300 bytes each).
+	// Default 32768; negative disables it.
+	JobCacheSize int
 	// CheckpointInterval is how often the index is flushed and the AOF
 	// truncated in the background. Default 1 minute; negative disables the
 	// background checkpoint (Checkpoint can still be called).
@@ -56,6 +60,7 @@ func TestingOptions() Options {
 		SegmentSize:        64 << 10,
 		MemTableSize:       1 << 20,
 		CacheSize:          1 << 20,
+		JobCacheSize:       64, // small, so tests run through evictions and the index
 		CheckpointInterval: -1,
 	}
 	o.EnsureDefaults()
@@ -78,6 +83,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.CacheSize == 0 {
 		o.CacheSize = 64 << 20
+	}
+	if o.JobCacheSize == 0 {
+		o.JobCacheSize = 32768
 	}
 	if o.CheckpointInterval == 0 {
 		o.CheckpointInterval = time.Minute

@@ -21,9 +21,14 @@ func (s *Store) Job(id string) (*Job, error) {
 	if len(id) != JobIDLen {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	j, err := s.getJob(s.db, id)
-	if err != nil {
-		return nil, err
+	s.mu.Lock()
+	j, ok := s.cache.get(id)
+	s.mu.Unlock()
+	if !ok {
+		var err error
+		if j, err = s.getJob(s.db, id); err != nil {
+			return nil, err
+		}
 	}
 	if j == nil {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)

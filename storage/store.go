@@ -45,6 +45,7 @@ type Store struct {
 	dirtyQueues   map[string]struct{}
 	dirtySegments map[wal.LSN]struct{}
 	nodeID        string
+	cache         *jobCache // recently written jobs, see cache.go
 
 	ckptMu       sync.Mutex // one checkpoint at a time
 	lastCkptEnd  wal.LSN    // AOF end at the last checkpoint
@@ -102,6 +103,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		dirtySegments: map[wal.LSN]struct{}{},
 		ckptKick:      make(chan struct{}, 1),
 		failedCh:      make(chan struct{}),
+		cache:         newJobCache(opts.JobCacheSize),
 		ckptStop:      make(chan struct{}),
 		ckptDone:      make(chan struct{}),
 	}
