@@ -37,8 +37,8 @@ type Options struct {
 	// background checkpoint (Checkpoint can still be called).
 	CheckpointInterval time.Duration
 	// CheckpointBytes triggers a checkpoint once this many AOF bytes were
-	// appended since the last one, bounding the replay at restart. Default
-	// 256 MiB.
+	// appended since the last one, bounding the replay after a crash (about
+	// 2 s per 64 MiB of small jobs on a 2-core machine). Default 64 MiB.
 	CheckpointBytes int64
 	// Logger receives recovery progress and errors. Default slog.Default().
 	Logger *slog.Logger
@@ -91,7 +91,7 @@ func (o *Options) EnsureDefaults() {
 		o.CheckpointInterval = time.Minute
 	}
 	if o.CheckpointBytes == 0 {
-		o.CheckpointBytes = 256 << 20
+		o.CheckpointBytes = 64 << 20
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -238,7 +238,20 @@ func (s *Store) replay() error {
 		return nil
 	}
 	s.opts.Logger.Info("storage: replaying aof", "from", from, "to", end, "bytes", end-from)
-	b := s.db.NewIndexedBatch()
+	// A record's job may have been written earlier in the batch being
+	// built, which the DB does not see yet. With the job cache, a batch of
+	// at most a quarter of its size is always covered by it, and a plain
+	// batch (no index of its own to maintain) is enough; without it, the
+	// batch must be indexed so that reads see its writes.
+	newBatch, perBatch := func() *pebble.Batch { return s.db.NewIndexedBatch() }, 1<<30
+	var reader pebble.Reader
+	if s.cache != nil && len(s.cache.ring) >= 4 {
+		newBatch = func() *pebble.Batch { return s.db.NewBatch() }
+		perBatch = min(len(s.cache.ring)/4, 8192)
+		reader = s.db
+	}
+	b := newBatch()
+	inBatch := 0
 	lastLog := time.Now()
 	n := 0
 	err := s.log.Replay(from, func(lsn wal.LSN, r wal.Record) error {
@@ -246,7 +259,14 @@ func (s *Store) replay() error {
 		if err != nil {
 			return fmt.Errorf("storage: aof record at lsn %d: %w", lsn, err)
 		}
-		old, nj, err := s.resolve(b, nil, o)
+		// A logged add was refused if its id existed (or its id was fresh),
+		// and the index has applied nothing at or after from: no lookup.
+		o.fresh = o.typ == recAdd
+		r2 := reader
+		if r2 == nil {
+			r2 = b
+		}
+		old, nj, err := s.resolve(r2, nil, o)
 		if err == nil {
 			err = s.write(b, o, old, nj, lsn)
 		}
@@ -255,11 +275,11 @@ func (s *Store) replay() error {
 		}
 		s.applied = lsn + wal.FrameSize(len(r.Payload))
 		n++
-		if b.Len() > 16<<20 {
+		if inBatch++; inBatch >= perBatch || b.Len() > 16<<20 {
 			if err := s.commitBatch(b); err != nil {
 				return err
 			}
-			b = s.db.NewIndexedBatch()
+			b, inBatch = newBatch(), 0
 		}
 		if time.Since(lastLog) > 2*time.Second {
 			lastLog = time.Now()
