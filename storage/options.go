@@ -24,9 +24,9 @@ type Options struct {
 	// s2-compressed in the AOF when that saves space. Default 1024; negative
 	// disables compression.
 	CompressThreshold int
-	// MemTableSize is the index's memtable size. Default 64 MiB.
+	// MemTableSize is the index's memtable size. Default 32 MiB.
 	MemTableSize uint64
-	// CacheSize is the index's block cache. Default 64 MiB.
+	// CacheSize is the index's block cache. Default 32 MiB.
 	CacheSize int64
 	// JobCacheSize is how many recently written jobs are kept in memory so
 	// the commit path skips the index for them (about 300 bytes each).
@@ -79,10 +79,10 @@ func (o *Options) EnsureDefaults() {
 		o.CompressThreshold = 1024
 	}
 	if o.MemTableSize == 0 {
-		o.MemTableSize = 64 << 20
+		o.MemTableSize = 32 << 20
 	}
 	if o.CacheSize == 0 {
-		o.CacheSize = 64 << 20
+		o.CacheSize = 32 << 20
 	}
 	if o.JobCacheSize == 0 {
 		o.JobCacheSize = 32768
