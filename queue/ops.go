@@ -120,104 +120,92 @@ func (b *Broker) Working(id string) (int64, error) {
 	return retry, nil
 }
 
-// jobBatch reads each known job, lets plan add an operation for it to one
-// store batch (plan returns false to skip the job), applies the batch under
-// the broker's lock, calls done for each changed job with its state before
-// and after, and waits for durability. It returns how many jobs changed.
+// jobBatch is idBatch for commands that must see each job to decide: plan
+// gets the job (unknown ids are skipped) and returns whether it added an
+// operation for it.
 func (b *Broker) jobBatch(ids []string,
 	plan func(*storage.Batch, *storage.Job, int64) bool,
 	done func(old, nj *storage.Job, now int64)) (int, error) {
-	now := b.nowMillis()
-	b.mu.Lock()
-	if err := b.checkOpenLocked(); err != nil {
-		b.mu.Unlock()
-		return 0, err
-	}
-	batch := b.st.NewBatch()
-	var olds []*storage.Job
-	seen := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		if seen[id] {
-			continue // the same id twice counts once
-		}
-		seen[id] = true
+	return b.idBatch(ids, func(batch *storage.Batch, id string, now int64) error {
 		j, err := b.st.Job(id)
 		if errors.Is(err, storage.ErrNotFound) {
-			continue
+			return nil
 		}
 		if err != nil {
-			b.mu.Unlock()
-			return 0, wrapStore(err)
+			return wrapStore(err)
 		}
-		if plan(batch, j, now) {
-			olds = append(olds, j)
-		}
-	}
-	if batch.Len() == 0 {
-		b.mu.Unlock()
-		return 0, nil
-	}
-	res, pending := b.st.Apply(batch)
-	n := 0
-	for i, r := range res {
-		if r.Err != nil {
-			if errUnusable(r.Err) {
-				b.mu.Unlock()
-				return 0, wrapStore(r.Err)
-			}
-			continue
-		}
-		n++
-		b.syncTimersLocked(olds[i].ID, r.Job)
-		if done != nil {
-			done(olds[i], r.Job, now)
-		}
-	}
+		plan(batch, j, now)
+		return nil
+	}, done)
+}
+
+// blindBatch is idBatch for commands the store can check alone: one
+// operation per id, without reading the job first; the store skips unknown
+// ids and refuses jobs in the wrong state.
+func (b *Broker) blindBatch(ids []string, add func(*storage.Batch, string),
+	done func(old, nj *storage.Job, now int64)) (int, error) {
+	return b.idBatch(ids, func(batch *storage.Batch, id string, _ int64) error {
+		add(batch, id)
+		return nil
+	}, done)
+}
+
+// idBatch builds one store batch with plan for each distinct id, applies it
+// under the broker's lock, calls done (if not nil) for each changed job with
+// its state before and after, and waits for durability outside the lock. It
+// returns how many jobs changed.
+func (b *Broker) idBatch(ids []string,
+	plan func(batch *storage.Batch, id string, now int64) error,
+	done func(old, nj *storage.Job, now int64)) (int, error) {
+	b.mu.Lock()
+	n, pending, err := b.idBatchLocked(ids, plan, done)
 	b.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
 	if err := pending.Wait(); err != nil {
 		return 0, wrapStore(err)
 	}
 	return n, nil
 }
 
-// blindBatch adds one operation per distinct id to a store batch without
-// reading the jobs first: the store skips unknown ids and refuses jobs in the
-// wrong state, and reports each job's state before (Result.Old) to done.
-func (b *Broker) blindBatch(ids []string, add func(*storage.Batch, string),
-	done func(old, nj *storage.Job, now int64)) (int, error) {
-	now := b.nowMillis()
-	b.mu.Lock()
+func (b *Broker) idBatchLocked(ids []string,
+	plan func(batch *storage.Batch, id string, now int64) error,
+	done func(old, nj *storage.Job, now int64)) (int, storage.Pending, error) {
 	if err := b.checkOpenLocked(); err != nil {
-		b.mu.Unlock()
-		return 0, err
+		return 0, storage.Pending{}, err
 	}
+	now := b.nowMillis()
 	batch := b.st.NewBatch()
 	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		if !seen[id] { // the same id twice counts once
-			seen[id] = true
-			add(batch, id)
+		if seen[id] {
+			continue // the same id twice counts once
 		}
+		seen[id] = true
+		if err := plan(batch, id, now); err != nil {
+			return 0, storage.Pending{}, err
+		}
+	}
+	if batch.Len() == 0 {
+		return 0, storage.Pending{}, nil
 	}
 	res, pending := b.st.Apply(batch)
 	n := 0
 	for _, r := range res {
 		if r.Err != nil {
 			if errUnusable(r.Err) {
-				b.mu.Unlock()
-				return 0, wrapStore(r.Err)
+				return 0, storage.Pending{}, wrapStore(r.Err)
 			}
 			continue // unknown, or not in a state the command applies to
 		}
 		n++
 		b.syncTimersLocked(r.Old.ID, r.Job)
-		done(r.Old, r.Job, now)
+		if done != nil {
+			done(r.Old, r.Job, now)
+		}
 	}
-	b.mu.Unlock()
-	if err := pending.Wait(); err != nil {
-		return 0, wrapStore(err)
-	}
-	return n, nil
+	return n, pending, nil
 }
 
 // Job returns a job and its body (SHOW); ErrNoJob if unknown. The body is
