@@ -259,18 +259,29 @@ func (b *Broker) Peek(name string, count int, newest bool) ([]Delivered, error) 
 // output pause serves the queue's blocked clients.
 func (b *Broker) Pause(name string, p storage.PauseState) (storage.PauseState, error) {
 	now := b.nowMillis()
+	batch := b.st.NewBatch()
+	if err := batch.Pause(name, p); err != nil {
+		return 0, wrapStore(err)
+	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if err := b.checkOpenLocked(); err != nil {
+		b.mu.Unlock()
 		return 0, err
 	}
-	if err := b.st.Pause(name, p); err != nil {
+	res, pending := b.st.Apply(batch)
+	if err := res[0].Err; err != nil {
+		b.mu.Unlock()
 		return 0, wrapStore(err)
 	}
 	if p&storage.PauseOut == 0 {
 		if q := b.queues[name]; q != nil && len(q.waiters) > 0 {
 			b.serveWaitersLocked(q, now)
 		}
+	}
+	b.mu.Unlock()
+	// Wait for durability without holding up other commands.
+	if err := pending.Wait(); err != nil {
+		return 0, wrapStore(err)
 	}
 	return p, nil
 }
