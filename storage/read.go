@@ -38,7 +38,10 @@ func (s *Store) Job(id string) (*Job, error) {
 
 // Body reads a job's body from the AOF, checking the record's checksum.
 func (s *Store) Body(j *Job) ([]byte, error) {
-	r, err := s.log.Read(j.BodyLSN)
+	// The ADD record is the job's header (about 100 bytes, plus its queue
+	// name and node ids) and the stored body: read it in one go.
+	hint := int(j.StoredSize) + 128 + len(j.Queue) + 48*len(j.Nodes)
+	r, err := s.log.ReadSized(j.BodyLSN, hint)
 	if err != nil {
 		return nil, fmt.Errorf("storage: body of %s: %w", j.ID, err)
 	}

@@ -188,3 +188,32 @@ func TestRollInsideOneFlushKeepsTheOldSegmentReadable(t *testing.T) {
 		t.Fatalf("replay: %d records, %v", n, err)
 	}
 }
+
+func TestReadSizedAgreesWithRead(t *testing.T) {
+	l, err := Open("db", TestingOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var lsns []LSN
+	for i := 0; i < 300; i++ {
+		first, _, err := l.Append(Record{Type: 1, Payload: bytes.Repeat([]byte{byte(i)}, i*7)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lsns = append(lsns, first)
+	}
+	for i, lsn := range lsns {
+		want, err := l.Read(lsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Hints too small, exact, too large (even past the segment's end).
+		for _, hint := range []int{0, i*7 - 1, i * 7, i*7 + 1000, 1 << 20} {
+			got, err := l.ReadSized(lsn, hint)
+			if err != nil || got.Type != want.Type || !bytes.Equal(got.Payload, want.Payload) {
+				t.Fatalf("record %d hint %d: %v", i, hint, err)
+			}
+		}
+	}
+}

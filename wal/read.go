@@ -100,24 +100,37 @@ func (l *Log) locate(lsn LSN) (segment, error) {
 // Read returns the record at lsn, verifying its checksum. The payload is a new
 // slice owned by the caller. A record enqueued but not yet written is waited
 // for.
-func (l *Log) Read(lsn LSN) (Record, error) {
+func (l *Log) Read(lsn LSN) (Record, error) { return l.ReadSized(lsn, 0) }
+
+// ReadSized is Read for a caller that knows about how long the payload is:
+// with a hint at least that long, the record is read with one pread instead
+// of two. A wrong hint costs a second read, never a wrong result.
+func (l *Log) ReadSized(lsn LSN, payloadHint int) (Record, error) {
 	seg, err := l.locate(lsn)
 	if err != nil {
 		return Record{}, err
 	}
 	off := segmentHeaderSize + int64(lsn-seg.first)
-	var hdr [frameHeaderSize]byte
-	if err := l.readers.readAt(seg.first, hdr[:], off); err != nil {
+	left := seg.size - int64(lsn-seg.first) // bytes of the segment from lsn on
+	first := min(int64(frameHeaderSize+max(payloadHint, 0)), left)
+	if first < frameHeaderSize {
+		return Record{}, l.corruptAt(seg, lsn, errors.New("header runs past the segment"))
+	}
+	buf := make([]byte, first)
+	if err := l.readers.readAt(seg.first, buf, off); err != nil {
 		return Record{}, l.corruptAt(seg, lsn, err)
 	}
-	n := int64(hdr[0]) | int64(hdr[1])<<8 | int64(hdr[2])<<16 | int64(hdr[3])<<24
-	if n > MaxPayload || int64(lsn-seg.first)+frameHeaderSize+n > seg.size {
+	n := int64(buf[0]) | int64(buf[1])<<8 | int64(buf[2])<<16 | int64(buf[3])<<24
+	if n > MaxPayload || frameHeaderSize+n > left {
 		return Record{}, l.corruptAt(seg, lsn, errors.New("length runs past the segment"))
 	}
-	buf := make([]byte, frameHeaderSize+n)
-	copy(buf, hdr[:])
-	if err := l.readers.readAt(seg.first, buf[frameHeaderSize:], off+frameHeaderSize); err != nil {
-		return Record{}, l.corruptAt(seg, lsn, err)
+	if size := frameHeaderSize + n; size > first {
+		buf = append(buf, make([]byte, size-first)...)
+		if err := l.readers.readAt(seg.first, buf[first:], off+first); err != nil {
+			return Record{}, l.corruptAt(seg, lsn, err)
+		}
+	} else {
+		buf = buf[:size]
 	}
 	r, _, fe := decodeFrame(buf)
 	if fe != frameOK {
