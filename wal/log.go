@@ -47,6 +47,10 @@ type Log struct {
 	done    chan struct{} // closed when the writer goroutine exits
 	tickerD chan struct{} // closed when the everysec goroutine exits
 
+	// free holds chunk buffers the writer has written, for reuse, so that a
+	// busy log does not allocate and grow a buffer for every group.
+	free [][]byte
+
 	// The writer goroutine alone uses these.
 	active vfs.File
 
@@ -181,7 +185,7 @@ func (l *Log) Enqueue(recs ...Record) (first, end LSN, err error) {
 		activeSize := int64(l.activeEnd - l.activeFirst)
 		roll := activeSize > 0 && activeSize+fs > l.opts.SegmentSize
 		if roll || len(l.pending) == 0 {
-			l.pending = append(l.pending, chunk{first: l.tail, newSegment: roll})
+			l.pending = append(l.pending, chunk{first: l.tail, newSegment: roll, data: l.takeBuffer()})
 			if roll {
 				l.activeFirst = l.tail
 				l.activeEnd = l.tail
@@ -402,6 +406,7 @@ func (l *Log) flushPending() {
 	}
 	for _, c := range chunks {
 		l.pendingBytes -= len(c.data)
+		l.giveBuffer(c.data)
 	}
 	if err != nil {
 		if l.err == nil {
@@ -495,4 +500,29 @@ func (l *Log) Close() error {
 		}
 	}
 	return nil
+}
+
+// maxFreeBuffers bounds the recycled chunk buffers; buffers larger than
+// maxFreeBufferSize (a burst) are left to the garbage collector.
+const (
+	maxFreeBuffers    = 4
+	maxFreeBufferSize = 4 << 20
+)
+
+// takeBuffer returns an empty buffer for a new chunk. Called with l.mu held.
+func (l *Log) takeBuffer() []byte {
+	if n := len(l.free); n > 0 {
+		b := l.free[n-1]
+		l.free = l.free[:n-1]
+		return b
+	}
+	return make([]byte, 0, 64<<10)
+}
+
+// giveBuffer returns a written chunk's buffer for reuse. Called with l.mu
+// held, after the write: nothing refers to its contents any more.
+func (l *Log) giveBuffer(b []byte) {
+	if len(l.free) < maxFreeBuffers && cap(b) <= maxFreeBufferSize {
+		l.free = append(l.free, b[:0])
+	}
 }
