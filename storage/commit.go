@@ -276,24 +276,38 @@ func (s *Store) write(b *pebble.Batch, o *op, old, nj *Job, lsn wal.LSN) error {
 // putJob writes the index changes that take a job from old to nj (either may
 // be nil) and updates the derived counters.
 func (s *Store) putJob(b *pebble.Batch, old, nj *Job) error {
-	var errs []error
-	set := func(k, v []byte) { errs = append(errs, b.Set(k, v, nil)) }
-	del := func(k []byte) { errs = append(errs, b.Delete(k, nil)) }
-
+	// Keys and values are built in scratch buffers (guarded by mu): the
+	// batch copies them.
+	var err error
+	set := func(k, v []byte) {
+		if e := b.Set(k, v, nil); e != nil && err == nil {
+			err = e
+		}
+	}
+	del := func(k []byte) {
+		if e := b.Delete(k, nil); e != nil && err == nil {
+			err = e
+		}
+	}
 	if nj != nil {
-		set(jobKey(nj.ID), encodeJob(nil, nj))
+		s.vbuf = encodeJob(s.vbuf[:0], nj)
+		s.kbuf = appendJobKey(s.kbuf[:0], nj.ID)
+		set(s.kbuf, s.vbuf)
 	} else {
-		del(jobKey(old.ID))
+		s.kbuf = appendJobKey(s.kbuf[:0], old.ID)
+		del(s.kbuf)
 	}
 	// Queue order.
 	wasQueued := old != nil && old.State == StateQueued
 	isQueued := nj != nil && nj.State == StateQueued
 	if wasQueued && (!isQueued || old.Queue != nj.Queue || old.Ctime != nj.Ctime) {
-		del(queueKey(old.Queue, old.Ctime, old.ID))
+		s.kbuf = appendQueueKey(s.kbuf[:0], old.Queue, old.Ctime, old.ID)
+		del(s.kbuf)
 		s.addQueued(old.Queue, -1)
 	}
 	if isQueued && (!wasQueued || old.Queue != nj.Queue || old.Ctime != nj.Ctime) {
-		set(queueKey(nj.Queue, nj.Ctime, nj.ID), nil)
+		s.kbuf = appendQueueKey(s.kbuf[:0], nj.Queue, nj.Ctime, nj.ID)
+		set(s.kbuf, nil)
 		s.addQueued(nj.Queue, +1)
 	}
 	// Schedule.
@@ -301,12 +315,14 @@ func (s *Store) putJob(b *pebble.Batch, old, nj *Job) error {
 	newEv, nn := events(nj)
 	for _, e := range oldEv[:on] {
 		if !containsEvent(newEv[:nn], e) {
-			del(scheduleKey(e.Due, e.Kind, e.ID))
+			s.kbuf = appendScheduleKey(s.kbuf[:0], e.Due, e.Kind, e.ID)
+			del(s.kbuf)
 		}
 	}
 	for _, e := range newEv[:nn] {
 		if !containsEvent(oldEv[:on], e) {
-			set(scheduleKey(e.Due, e.Kind, e.ID), nil)
+			s.kbuf = appendScheduleKey(s.kbuf[:0], e.Due, e.Kind, e.ID)
+			set(s.kbuf, nil)
 		}
 	}
 	// Job count and the body's segment.
@@ -321,7 +337,7 @@ func (s *Store) putJob(b *pebble.Batch, old, nj *Job) error {
 		s.addLive(old, -1)
 		s.addLive(nj, +1)
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 func containsEvent(evs []Event, e Event) bool {

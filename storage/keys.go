@@ -79,10 +79,9 @@ func (k EventKind) String() string {
 	return "unknown"
 }
 
-func jobKey(id string) []byte {
-	k := make([]byte, 0, 1+len(id))
-	return append(append(k, prefixJob), id...)
-}
+func jobKey(id string) []byte { return appendJobKey(make([]byte, 0, 1+len(id)), id) }
+
+func appendJobKey(dst []byte, id string) []byte { return append(append(dst, prefixJob), id...) }
 
 // queuePrefix is the prefix of every queue-order key of queue.
 func queuePrefix(queue string) []byte {
@@ -93,9 +92,15 @@ func queuePrefix(queue string) []byte {
 }
 
 func queueKey(queue string, ctime uint64, id string) []byte {
-	k := queuePrefix(queue)
-	k = binary.BigEndian.AppendUint64(k, ctime)
-	return append(k, id...)
+	return appendQueueKey(nil, queue, ctime, id)
+}
+
+func appendQueueKey(dst []byte, queue string, ctime uint64, id string) []byte {
+	dst = append(dst, prefixQueue)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(queue)))
+	dst = append(dst, queue...)
+	dst = binary.BigEndian.AppendUint64(dst, ctime)
+	return append(dst, id...)
 }
 
 // parseQueueKey returns the ctime and id of a queue-order key.
@@ -112,11 +117,14 @@ func parseQueueKey(k []byte) (ctime uint64, id string, err error) {
 }
 
 func scheduleKey(due int64, kind EventKind, id string) []byte {
-	k := make([]byte, 0, 1+8+1+len(id))
-	k = append(k, prefixSchedule)
-	k = binary.BigEndian.AppendUint64(k, uint64(due))
-	k = append(k, byte(kind))
-	return append(k, id...)
+	return appendScheduleKey(make([]byte, 0, 1+8+1+len(id)), due, kind, id)
+}
+
+func appendScheduleKey(dst []byte, due int64, kind EventKind, id string) []byte {
+	dst = append(dst, prefixSchedule)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(due))
+	dst = append(dst, byte(kind))
+	return append(dst, id...)
 }
 
 func parseScheduleKey(k []byte) (Event, error) {
