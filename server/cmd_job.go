@@ -304,6 +304,12 @@ func cmdShow(s *Server, c *call) {
 		c.conn.WriteError(errorReply(err))
 		return
 	}
+	writeShow(c, j, body)
+}
+
+// writeShow writes the 30-element SHOW array of j (SPEC.md); a nil body is
+// written as null.
+func writeShow(c *call, j *storage.Job, body []byte) {
 	now := time.Now().UnixMilli()
 	c.conn.WriteArray(30)
 	field := func(k string) { c.conn.WriteBulkString(k) }

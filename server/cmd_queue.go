@@ -10,12 +10,45 @@ func init() {
 	register(
 		&command{name: "qlen", arity: 2, run: cmdQLen},
 		&command{name: "qpeek", arity: 3, run: cmdQPeek},
+		&command{name: "qstat", arity: 2, run: cmdQStat},
 		&command{name: "pause", arity: -3, run: cmdPause},
 	)
 }
 
 func cmdQLen(s *Server, c *call) {
 	c.conn.WriteInt64(c.broker.QueueLen(string(c.args[1])))
+}
+
+// cmdQStat: QSTAT queue — the 20-element array of SPEC.md, read by
+// position, or a null array when there is no such queue.
+func cmdQStat(s *Server, c *call) {
+	st, ok := c.broker.QueueStat(string(c.args[1]))
+	if !ok {
+		c.conn.WriteRaw([]byte("*-1\r\n"))
+		return
+	}
+	c.conn.WriteArray(20)
+	field := func(k string) { c.conn.WriteBulkString(k) }
+	field("name")
+	c.conn.WriteBulkString(st.Name)
+	field("len")
+	c.conn.WriteInt64(st.Len)
+	field("age")
+	c.conn.WriteInt64(st.Age)
+	field("idle")
+	c.conn.WriteInt64(st.Idle)
+	field("blocked")
+	c.conn.WriteInt(st.Blocked)
+	field("import-from")
+	c.conn.WriteArray(0) // a lone node imports from no one
+	field("import-rate")
+	c.conn.WriteInt(0)
+	field("jobs-in")
+	c.conn.WriteInt64(st.JobsIn)
+	field("jobs-out")
+	c.conn.WriteInt64(st.JobsOut)
+	field("pause")
+	c.conn.WriteBulkString(st.Pause.String())
 }
 
 // cmdQPeek: QPEEK queue count — oldest first; a negative count, newest first.
