@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,8 +25,8 @@ func init() {
 		&command{name: "time", arity: 1, whileLoading: true, run: cmdTime},
 		&command{name: "cluster", arity: -2, run: cmdCluster},
 		&command{name: "debug", arity: -2, run: cmdDebug},
-		&command{name: "client", arity: -2, whileLoading: true, run: cmdClient},
 		&command{name: "command", arity: -1, whileLoading: true, run: cmdCommand},
+		&command{name: "shutdown", arity: -1, whileLoading: true, run: cmdShutdown},
 	)
 }
 
@@ -102,20 +103,146 @@ func cmdDebug(s *Server, c *call) {
 			return
 		}
 		c.conn.WriteString("OK")
+	case "sleep":
+		debugSleep(s, c)
 	default:
 		c.conn.WriteError(fmt.Sprintf("ERR unknown DEBUG subcommand '%s'", truncate(string(c.args[1]), 64)))
 	}
 }
 
-// cmdClient: the CLIENT family comes later; SETINFO (go-redis's handshake)
-// must be an error, not a hang.
-func cmdClient(s *Server, c *call) {
-	c.conn.WriteError(fmt.Sprintf("ERR unknown CLIENT subcommand '%s'", truncate(string(c.args[1]), 64)))
+// debugSleep: DEBUG SLEEP seconds (fractions allowed) stalls this
+// connection only — a slow client for tests. Close cuts it short.
+func debugSleep(s *Server, c *call) {
+	if len(c.args) != 3 {
+		c.conn.WriteError("ERR wrong number of arguments for 'debug|sleep' command")
+		return
+	}
+	sec, err := strconv.ParseFloat(string(c.args[2]), 64)
+	if err != nil || sec < 0 || sec > 1e6 {
+		c.conn.WriteError("ERR value is not a valid float")
+		return
+	}
+	t := time.NewTimer(time.Duration(sec * float64(time.Second)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.ctx.Done():
+	}
+	c.conn.WriteString("OK")
 }
 
-// cmdCommand: redis-cli asks COMMAND DOCS on start; an error is fine.
+// cmdShutdown: SHUTDOWN [NOSAVE|SAVE|NOW|FORCE…] stops the server the
+// graceful way (every job is already in the AOF; the options change
+// nothing). Like Redis it does not reply: the connection just closes.
+func cmdShutdown(s *Server, c *call) {
+	for _, a := range c.args[1:] {
+		switch strings.ToLower(string(a)) {
+		case "nosave", "save", "now", "force", "abort":
+		default:
+			c.conn.WriteError(errSyntax)
+			return
+		}
+		if is(a, "abort") {
+			c.conn.WriteError("ERR No shutdown in progress.")
+			return
+		}
+	}
+	s.opts.Logger.Info("SHUTDOWN asked by a client", "addr", c.client.addr)
+	c.conn.Close()
+	c.consumed = len(c.rest)
+	s.shutdownOnce.Do(func() {
+		if s.opts.OnShutdown != nil {
+			s.opts.OnShutdown()
+			return
+		}
+		// Close waits for running commands, this one included.
+		go s.Close()
+	})
+}
+
+// commandFlags are COMMAND's flags per command, Disque's table in Redis's
+// words. A command not listed gets "loading" if it runs while loading.
+var commandFlags = map[string][]string{
+	"addjob":   {"write", "denyoom", "fast"},
+	"getjob":   {"write", "fast"},
+	"ackjob":   {"write", "fast"},
+	"fastack":  {"write", "fast"},
+	"nack":     {"write", "fast"},
+	"working":  {"write", "fast"},
+	"enqueue":  {"write"},
+	"dequeue":  {"write"},
+	"deljob":   {"write"},
+	"pause":    {"readonly"},
+	"show":     {"readonly"},
+	"qlen":     {"readonly", "fast"},
+	"qpeek":    {"readonly"},
+	"qstat":    {"readonly"},
+	"qscan":    {"readonly"},
+	"jscan":    {"readonly"},
+	"ping":     {"readonly", "stale", "fast"},
+	"time":     {"readonly", "random", "fast"},
+	"hello":    {"readonly", "fast"},
+	"info":     {"readonly", "loading", "stale"},
+	"auth":     {"readonly", "noscript", "loading", "stale", "fast", "no_auth"},
+	"quit":     {"readonly", "loading", "stale", "fast", "no_auth"},
+	"client":   {"admin", "readonly", "loading", "stale"},
+	"command":  {"readonly", "loading", "stale"},
+	"shutdown": {"admin", "readonly", "loading", "stale"},
+	"debug":    {"admin", "noscript"},
+	"cluster":  {"admin", "readonly"},
+}
+
+// cmdCommand: COMMAND → one [name, arity, flags, first-key, last-key,
+// step] per command (queues are not Redis keys: 0, 0, 0); COMMAND COUNT;
+// COMMAND INFO name…; COMMAND DOCS → an empty array (redis-cli asks on
+// start).
 func cmdCommand(s *Server, c *call) {
-	c.conn.WriteError("ERR COMMAND is not supported yet")
+	if len(c.args) == 1 {
+		names := make([]string, 0, len(commands))
+		for name := range commands {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		c.conn.WriteArray(len(names))
+		for _, name := range names {
+			writeCommandInfo(c.conn, commands[name])
+		}
+		return
+	}
+	switch strings.ToLower(string(c.args[1])) {
+	case "count":
+		c.conn.WriteInt(len(commands))
+	case "docs":
+		c.conn.WriteArray(0)
+	case "info":
+		c.conn.WriteArray(len(c.args) - 2)
+		for _, a := range c.args[2:] {
+			if cmd := commands[strings.ToLower(string(a))]; cmd != nil {
+				writeCommandInfo(c.conn, cmd)
+			} else {
+				c.conn.WriteNull()
+			}
+		}
+	default:
+		c.conn.WriteError(fmt.Sprintf("ERR unknown COMMAND subcommand '%s'", truncate(string(c.args[1]), 64)))
+	}
+}
+
+func writeCommandInfo(conn redcon.Conn, cmd *command) {
+	flags, ok := commandFlags[cmd.name]
+	if !ok && cmd.whileLoading {
+		flags = []string{"loading"}
+	}
+	conn.WriteArray(6)
+	conn.WriteBulkString(cmd.name)
+	conn.WriteInt(cmd.arity)
+	conn.WriteArray(len(flags))
+	for _, f := range flags {
+		conn.WriteString(f)
+	}
+	conn.WriteInt(0)
+	conn.WriteInt(0)
+	conn.WriteInt(0)
 }
 
 // cmdInfo writes INFO in Disque's section order: Server, Clients, Memory,

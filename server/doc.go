@@ -15,7 +15,15 @@
 // out in order once the batch is durable.
 //
 // Until SetBroker is called (the store is still replaying its AOF) every
-// command but PING, INFO, QUIT and HELLO gets -LOADING.
+// command but those marked whileLoading (PING, INFO, QUIT, HELLO, AUTH,
+// TIME, CLIENT, COMMAND, …) gets -LOADING.
+//
+// Security: with Options.RequirePass set, a connection must AUTH before
+// anything but AUTH and QUIT (-NOAUTH); passwords are compared in constant
+// time. A server listening on a non-loopback address without a password
+// refuses non-loopback clients (-DENIED), like Redis's protected mode.
+// Limits: MaxClients connections, MaxJobSize bytes of ADDJOB body (checked
+// before the job reaches the broker, also inside a pipeline).
 //
 // A Server is safe for concurrent use; each connection is served by its own
 // goroutine.

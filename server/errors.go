@@ -22,6 +22,15 @@ const (
 	errRetryRepl    = "ERR With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery)"
 	errDelayTTL     = "ERR The specified DELAY is greater than TTL. Job refused since would never be delivered"
 	errShuttingDown = "ERR server is shutting down"
+
+	errNoAuth        = "NOAUTH Authentication required."
+	errBadPassword   = "ERR invalid password"
+	errNoPasswordSet = "ERR Client sent AUTH, but no password is set"
+	errDenied        = "DENIED diskque is running without a password on a non-loopback address; set requirepass or bind to 127.0.0.1"
+	errMaxClients    = "ERR max number of clients reached"
+	errJobTooLarge   = "ERR job body is larger than max-job-size (%d bytes)" // the limit
+	errNoSuchClient  = "ERR No such client"
+	errClientName    = "ERR Client names cannot contain spaces, newlines or special characters."
 )
 
 // errorReply maps an error from the broker or the store to a RESP error.

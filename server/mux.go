@@ -19,11 +19,17 @@ type command struct {
 	run          func(s *Server, c *call)
 }
 
+// noAuth are the commands a connection may send before AUTH when the
+// server has a password (Redis: AUTH and QUIT; HELLO gets -NOAUTH, which
+// go-redis takes as "no RESP3").
+var noAuth = map[string]bool{"auth": true, "quit": true}
+
 // call is one command being executed.
 type call struct {
 	conn   redcon.Conn
 	args   [][]byte
 	broker *queue.Broker
+	client *client
 	// rest is the pipeline after this command; a handler that consumes
 	// more of it (pipelined ADDJOBs) sets consumed.
 	rest     []redcon.Command
@@ -39,7 +45,8 @@ func register(cmds ...*command) {
 }
 
 // execute runs cmds[0] (and maybe more of the pipeline) and returns how many
-// commands it consumed.
+// commands it consumed. The checks run in Redis's order: unknown command,
+// arity, authentication, loading; then ADDJOB's max-job-size.
 func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 	s.commands.Add(1)
 	args := cmds[0].Args
@@ -56,14 +63,52 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 		conn.WriteError(fmt.Sprintf("ERR wrong number of arguments for '%s' command", name))
 		return 1
 	}
+	cl, _ := conn.Context().(*client)
+	if cl == nil {
+		cl = &client{} // not accepted through accept (never in practice)
+	}
+	cl.touch(name)
+	if s.opts.RequirePass != "" && !cl.authed && !noAuth[name] {
+		conn.WriteError(errNoAuth)
+		return 1
+	}
 	b := s.broker.Load()
 	if b == nil && !cmd.whileLoading {
 		conn.WriteError(errLoading)
 		return 1
 	}
-	c := &call{conn: conn, args: args, broker: b, rest: cmds[1:]}
+	rest := cmds[1:]
+	if name == "addjob" {
+		if s.jobTooLarge(args) {
+			conn.WriteError(fmt.Sprintf(errJobTooLarge, s.opts.MaxJobSize))
+			return 1
+		}
+		rest = s.addJobBatchable(rest)
+	}
+	c := &call{conn: conn, args: args, broker: b, client: cl, rest: rest}
 	cmd.run(s, c)
 	return 1 + c.consumed
+}
+
+// jobTooLarge says whether ADDJOB args carry a body over max-job-size.
+func (s *Server) jobTooLarge(args [][]byte) bool {
+	return len(args) >= 3 && int64(len(args[2])) > s.opts.MaxJobSize
+}
+
+// addJobBatchable cuts the pipeline after an ADDJOB before the first
+// oversized ADDJOB of the run of ADDJOBs it starts with. cmdAddJob batches
+// that run; cutting it there leaves the oversized one to the next execute,
+// which refuses it, so every reply keeps its place in the order.
+func (s *Server) addJobBatchable(rest []redcon.Command) []redcon.Command {
+	for i, next := range rest {
+		if len(next.Args) == 0 || !is(next.Args[0], "addjob") {
+			break
+		}
+		if s.jobTooLarge(next.Args) {
+			return rest[:i]
+		}
+	}
+	return rest
 }
 
 func truncate(s string, n int) string {

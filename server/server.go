@@ -24,7 +24,26 @@ type Options struct {
 	// MaxPipelineBatch bounds how many pipelined ADDJOBs share one commit.
 	// Default 256.
 	MaxPipelineBatch int
+	// RequirePass, when set, is the password a connection must give with
+	// AUTH before any command but AUTH and QUIT. Default "" (no password:
+	// then only loopback clients are served when the listener is not on a
+	// loopback address, see protectedDenied).
+	RequirePass string
+	// MaxClients bounds the connected clients; the connections beyond it
+	// get an error and are closed. Default 10000.
+	MaxClients int
+	// MaxJobSize bounds the body of an ADDJOB in bytes. Default 64 MiB.
+	MaxJobSize int64
+	// OnShutdown is called (once) by SHUTDOWN; the daemon wires it to its
+	// SIGTERM path. Default: SHUTDOWN closes the server itself.
+	OnShutdown func()
 }
+
+// Defaults of Options.
+const (
+	DefaultMaxClients = 10000
+	DefaultMaxJobSize = 64 << 20
+)
 
 // InfoSource gives INFO the daemon's settings.
 type InfoSource struct {
@@ -53,13 +72,28 @@ type Server struct {
 	host     string
 	nextID   atomic.Int64
 	commands atomic.Int64
-	conns    atomic.Int64
+	// shutdownOnce: SHUTDOWN acts once.
+	shutdownOnce sync.Once
+	conns        atomic.Int64
 }
 
-// client is one connection's state.
+// client is one connection's state. The fields above mu are set at accept
+// and never change; authed is touched only by the connection's own
+// goroutine; mu guards the rest, which CLIENT LIST reads from others.
 type client struct {
-	id   int64
-	addr string
+	id      int64
+	addr    string
+	netConn net.Conn
+	created time.Time
+	// rejected is the error reply (maxclients, protected mode) the
+	// connection got at accept: its commands are ignored and it is closed.
+	rejected string
+	authed   bool
+
+	mu         sync.Mutex
+	name       string
+	lastCmd    string
+	lastActive time.Time
 }
 
 // New returns a server with no broker yet: until SetBroker it answers
@@ -70,6 +104,12 @@ func New(opts Options) *Server {
 	}
 	if opts.MaxPipelineBatch <= 0 {
 		opts.MaxPipelineBatch = 256
+	}
+	if opts.MaxClients <= 0 {
+		opts.MaxClients = DefaultMaxClients
+	}
+	if opts.MaxJobSize <= 0 {
+		opts.MaxJobSize = DefaultMaxJobSize
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{opts: opts, start: time.Now(), clients: map[redcon.Conn]*client{}, ctx: ctx, cancel: cancel}
@@ -123,13 +163,35 @@ func (s *Server) Close() error {
 	return err
 }
 
+// rejectLinger is how long a refused connection is kept open to read what
+// the client sends, so that closing it sends FIN rather than a reset that
+// could destroy the error reply before the client reads it.
+const rejectLinger = 2 * time.Second
+
 func (s *Server) accept(conn redcon.Conn) bool {
-	c := &client{id: s.nextID.Add(1), addr: conn.RemoteAddr()}
+	now := time.Now()
+	c := &client{id: s.nextID.Add(1), addr: conn.RemoteAddr(), netConn: conn.NetConn(), created: now, lastActive: now}
 	conn.SetContext(c)
-	s.mu.Lock()
-	s.clients[conn] = c
-	s.mu.Unlock()
 	s.conns.Add(1)
+	s.mu.Lock()
+	switch {
+	case protectedDenied(s.host, s.opts.RequirePass, c.netConn.RemoteAddr()):
+		c.rejected = errDenied
+	case len(s.clients) >= s.opts.MaxClients:
+		c.rejected = errMaxClients
+	default:
+		s.clients[conn] = c
+	}
+	s.mu.Unlock()
+	if c.rejected != "" {
+		// The reply goes out now; whatever the client sends is read and
+		// dropped (handle), and the connection is closed after that or
+		// after rejectLinger.
+		s.opts.Logger.Warn("connection refused", "addr", c.addr, "reason", c.rejected)
+		conn.WriteError(c.rejected)
+		flush(conn)
+		_ = c.netConn.SetReadDeadline(now.Add(rejectLinger))
+	}
 	return true
 }
 
@@ -139,10 +201,32 @@ func (s *Server) closed(conn redcon.Conn, err error) {
 	s.mu.Unlock()
 }
 
+// protectedDenied says whether a client at remote is refused because the
+// server listens on listenHost — a wildcard or other non-loopback address —
+// without a password: like Redis's protected mode, only loopback clients
+// are served then.
+func protectedDenied(listenHost, requirePass string, remote net.Addr) bool {
+	if requirePass != "" {
+		return false
+	}
+	if ip := net.ParseIP(listenHost); ip == nil || ip.IsLoopback() {
+		return false // a loopback listener, or not TCP (a test pipe)
+	}
+	tcp, ok := remote.(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	return !tcp.IP.IsLoopback()
+}
+
 // handle takes the command redcon read and every command read with it, so
 // that runs of pipelined ADDJOBs can share one commit.
 func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	cmds := append([]redcon.Command{cmd}, conn.ReadPipeline()...)
+	if c, _ := conn.Context().(*client); c != nil && c.rejected != "" {
+		conn.Close() // already told why; what it sent has been read
+		return
+	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/diskque/diskque/server"
 	"github.com/diskque/diskque/wal"
 )
 
@@ -24,6 +26,9 @@ type config struct {
 	LogFile     string
 	PidFile     string
 	ConfigFile  string
+	RequirePass string
+	MaxClients  int
+	MaxJobSize  int64
 }
 
 func defaultConfig() config {
@@ -34,6 +39,8 @@ func defaultConfig() config {
 		AppendOnly:  true,
 		AppendFsync: wal.SyncEverySec,
 		LogLevel:    slog.LevelInfo,
+		MaxClients:  server.DefaultMaxClients,
+		MaxJobSize:  server.DefaultMaxJobSize,
 	}
 }
 
@@ -41,13 +48,19 @@ const usage = `usage: diskque-server [config-file] [--directive value ...]
 
 Directives (in the config file as "directive value", or as --directive value):
   port N                        TCP port (default 7711)
-  bind ADDR                     address to listen on (default 127.0.0.1)
+  bind ADDR                     address to listen on (default 127.0.0.1); on any
+                                other address, without requirepass only loopback
+                                clients are served
   dir PATH                      data directory (default ./data)
   appendonly yes|no             keep jobs on disk (default yes); no = memory only
   appendfsync always|everysec|no  when the AOF is fsynced (default everysec)
   loglevel debug|verbose|notice|warning  (default notice)
   logfile PATH                  log to a file instead of stderr
   pidfile PATH                  write the process id here
+  requirepass PASSWORD          clients must AUTH with it first (default none)
+  maxclients N                  most connected clients (default 10000)
+  max-job-size BYTES            largest ADDJOB body; 65536, 64kb, 64mb, 1gb
+                                (default 64mb)
   include PATH                  (config file only) read another config file
 `
 
@@ -178,8 +191,54 @@ func (c *config) set(name string, vals []string) error {
 		c.LogFile = v
 	case "pidfile":
 		c.PidFile = v
+	case "requirepass":
+		if v == `""` {
+			v = "" // requirepass "" in a config file: no password
+		}
+		c.RequirePass = v
+	case "maxclients":
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("maxclients: want a number of clients of at least 1, got %q", v)
+		}
+		c.MaxClients = n
+	case "max-job-size":
+		n, err := parseBytes(v)
+		if err != nil || n < 1 || n > maxJobSizeLimit {
+			return fmt.Errorf("max-job-size: want a size from 1 byte to 1gb (65536, 64kb, 64mb, 1gb), got %q", v)
+		}
+		c.MaxJobSize = n
 	default:
 		return fmt.Errorf("unknown or not yet supported directive %q", name)
 	}
 	return nil
+}
+
+// maxJobSizeLimit bounds max-job-size: a job is held in memory whole.
+const maxJobSizeLimit = 1 << 30
+
+// parseBytes reads a size the way Redis's config does: a plain number of
+// bytes, or with a unit, case-insensitive: k = 1000, kb = 1024, m = 1000²,
+// mb = 1024², g = 1000³, gb = 1024³ (b = bytes).
+func parseBytes(v string) (int64, error) {
+	lower := strings.ToLower(v)
+	units := []struct {
+		suffix string
+		mul    int64
+	}{{"kb", 1 << 10}, {"mb", 1 << 20}, {"gb", 1 << 30}, {"k", 1e3}, {"m", 1e6}, {"g", 1e9}, {"b", 1}}
+	mul := int64(1)
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(lower, u.suffix); ok {
+			lower, mul = num, u.mul
+			break
+		}
+	}
+	n, err := strconv.ParseInt(lower, 10, 64)
+	if err != nil || n < 0 || lower[0] == '+' {
+		return 0, fmt.Errorf("%q is not a size", v)
+	}
+	if n > math.MaxInt64/mul {
+		return 0, fmt.Errorf("%q is too large", v)
+	}
+	return n * mul, nil
 }

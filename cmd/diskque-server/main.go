@@ -62,13 +62,32 @@ func run(cfg config) error {
 	if err != nil {
 		return err
 	}
-	srv := server.New(server.Options{Logger: log, Info: server.InfoSource{
-		AOFEnabled: cfg.AppendOnly, AppendFsync: cfg.AppendFsync.String(), Dir: cfg.Dir, ConfigFile: cfg.ConfigFile,
-	}})
+	// SHUTDOWN takes the same path as SIGTERM.
+	shutdown := make(chan struct{}, 1)
+	srv := server.New(server.Options{
+		Logger: log,
+		Info: server.InfoSource{
+			AOFEnabled: cfg.AppendOnly, AppendFsync: cfg.AppendFsync.String(), Dir: cfg.Dir, ConfigFile: cfg.ConfigFile,
+		},
+		RequirePass: cfg.RequirePass,
+		MaxClients:  cfg.MaxClients,
+		MaxJobSize:  cfg.MaxJobSize,
+		OnShutdown: func() {
+			select {
+			case shutdown <- struct{}{}:
+			default:
+			}
+		},
+	})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("diskque listening", "addr", ln.Addr().String(), "dir", cfg.Dir,
 		"appendonly", cfg.AppendOnly, "appendfsync", cfg.AppendFsync.String(), "pid", os.Getpid())
+	if cfg.RequirePass == "" {
+		if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+			log.Warn("no requirepass and bind is not a loopback address: only loopback clients are served")
+		}
+	}
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
@@ -104,6 +123,8 @@ func run(cfg config) error {
 	select {
 	case sig := <-signals:
 		log.Info("shutting down", "signal", sig.String())
+	case <-shutdown:
+		log.Info("shutting down", "reason", "SHUTDOWN command")
 	case serveErr = <-served:
 		log.Error("server stopped", "err", serveErr)
 	}
