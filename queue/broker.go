@@ -30,7 +30,9 @@ type Broker struct {
 	cursor storage.Event
 	closed bool
 	ctime  storage.CtimeClock
-	stats  Stats
+	// lastSweep is when idle, empty queues were last forgotten.
+	lastSweep int64
+	stats     Stats
 
 	wake chan struct{} // tells the timer loop that an earlier event exists
 	stop chan struct{}

@@ -303,3 +303,22 @@ func TestMaxLenAndAtMostOnce(t *testing.T) {
 		t.Fatalf("working on at-most-once: %v", err)
 	}
 }
+
+func TestIdleEmptyQueuesAreForgotten(t *testing.T) {
+	f := newFixture(t, 1024)
+	for i := 0; i < 50; i++ {
+		f.get(1, fmt.Sprint("nothing-", i)) // GETJOB on queues that never get a job
+	}
+	f.add("kept", "x", nil)
+	if got := len(f.b.QueueNames()); got != 51 {
+		t.Fatalf("%d queues known, want 51", got)
+	}
+	at := f.clock.advance(2 * time.Minute)
+	if err := f.b.Tick(at); err != nil {
+		t.Fatal(err)
+	}
+	names := f.b.QueueNames()
+	if len(names) != 1 || names[0] != "kept" {
+		t.Fatalf("after the sweep: %v", names)
+	}
+}

@@ -55,6 +55,9 @@ func (b *Broker) Tick(now int64) error {
 		b.mu.Unlock()
 		return err
 	}
+	if now-b.lastSweep >= queueIdleMillis {
+		b.sweepQueuesLocked(now)
+	}
 	var due []storage.Event
 	b.wheel.Advance(now, func(e storage.Event) { due = append(due, e) })
 	pending, err := b.fireLocked(due, now)
@@ -160,4 +163,22 @@ func (b *Broker) loadTimersLocked(now int64) error {
 		}
 	}
 	return nil
+}
+
+// queueIdleMillis is how long an empty queue nobody waits on keeps its
+// in-memory state (QSTAT's counters) before the sweep forgets it.
+const queueIdleMillis = 60_000
+
+// sweepQueuesLocked forgets the in-memory state of queues that are empty
+// (in memory and on disk), unpaused, unwatched and idle: otherwise every
+// queue name a client ever mentioned (GETJOB FROM anything) would stay in
+// memory for good.
+func (b *Broker) sweepQueuesLocked(now int64) {
+	b.lastSweep = now
+	for name, q := range b.queues {
+		if len(q.waiters) == 0 && q.head.Len() == 0 && now-q.atime >= queueIdleMillis &&
+			b.st.QueueLen(name) == 0 && b.st.PauseState(name) == storage.PauseNone {
+			delete(b.queues, name)
+		}
+	}
 }
