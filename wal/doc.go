@@ -63,7 +63,9 @@
 // coalesce: the writer takes everything queued, issues one write per segment
 // touched and, under SyncAlways, one fsync for all of them (group commit).
 // Append returns once its records are written (SyncEverySec, SyncNever) or
-// written and fsynced (SyncAlways). SyncEverySec fsyncs once a second;
+// written and fsynced (SyncAlways). SyncEverySec fsyncs once a second, from
+// its own goroutine through its own handle on the segment, so appends go on
+// while the disk syncs;
 // SyncNever leaves it to the OS. Sync and WaitSynced make any LSN durable on
 // demand, whatever the policy.
 //

@@ -453,22 +453,74 @@ func (l *Log) syncLoop() {
 	defer close(l.tickerD)
 	t := time.NewTicker(l.opts.SyncInterval)
 	defer t.Stop()
+	var h syncHandle
+	defer h.close()
 	for {
 		select {
 		case <-t.C:
-			l.mu.Lock()
-			if l.written > l.synced && l.written > l.syncWanted {
-				l.syncWanted = l.written
-				select {
-				case l.kick <- struct{}{}:
-				default:
-				}
-			}
-			l.mu.Unlock()
+			l.syncInBackground(&h)
 		case <-l.stop:
 			return
 		}
 	}
+}
+
+// syncHandle is the everysec loop's own read-only handle on the active
+// segment. fsync through it makes the segment's written data durable without
+// stopping the writer: appends go on while the disk syncs.
+type syncHandle struct {
+	first LSN
+	f     vfs.File
+}
+
+func (h *syncHandle) close() {
+	if h.f != nil {
+		h.f.Close()
+		h.f = nil
+	}
+}
+
+// syncInBackground fsyncs what is written of the active segment. Everything
+// before the active segment was fsynced when the log rolled past it.
+func (l *Log) syncInBackground(h *syncHandle) {
+	l.mu.Lock()
+	target := l.written
+	first := l.segs[len(l.segs)-1].first // the segment holding written's end
+	skip := target <= l.synced || l.err != nil || l.closed
+	l.mu.Unlock()
+	if skip {
+		return
+	}
+	if h.f == nil || h.first != first {
+		h.close()
+		f, err := l.opts.FS.Open(l.opts.FS.PathJoin(l.dir, segmentName(first)))
+		if err != nil {
+			l.poison(fmt.Errorf("wal: open segment %s to fsync: %w", segmentName(first), err))
+			return
+		}
+		h.f, h.first = f, first
+	}
+	if err := h.f.Sync(); err != nil {
+		l.poison(fmt.Errorf("wal: fsync segment: %w", err))
+		return
+	}
+	l.mu.Lock()
+	if target > l.synced {
+		l.synced = target
+	}
+	l.cond.Broadcast()
+	l.mu.Unlock()
+}
+
+// poison makes every later call fail with err (see ErrPoisoned).
+func (l *Log) poison(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		l.err = fmt.Errorf("%w: %w", ErrPoisoned, err)
+		l.opts.Logger.Error("wal: log poisoned", "err", err)
+	}
+	l.cond.Broadcast()
 }
 
 // Close writes and fsyncs everything appended, then closes the files. It is

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"time"
 )
 
 func TestSegmentNameRoundTrip(t *testing.T) {
@@ -215,5 +218,41 @@ func TestReadSizedAgreesWithRead(t *testing.T) {
 				t.Fatalf("record %d hint %d: %v", i, hint, err)
 			}
 		}
+	}
+}
+
+// TestEverySecSyncsInTheBackground: under SyncEverySec, appended records
+// become durable within about SyncInterval without anyone asking, through the
+// loop's own handle, across a segment roll.
+func TestEverySecSyncsInTheBackground(t *testing.T) {
+	opts := TestingOptions()
+	opts.Sync = SyncEverySec
+	opts.SyncInterval = 5 * time.Millisecond
+	fs := opts.FS.(*vfs.MemFS)
+	l, err := Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var end LSN
+	for i := 0; i < 150; i++ { // about 150 KiB: rolls the 64 KiB segments
+		if _, end, err = l.Append(Record{Type: 1, Payload: bytes.Repeat([]byte{'s'}, 1000)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Durable() < end {
+		if time.Now().After(deadline) {
+			t.Fatalf("durable %d, end %d: the background sync never caught up", l.Durable(), end)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	crashed, err := Open("db", Options{FS: fs.CrashClone(vfs.CrashCloneCfg{}), SegmentSize: opts.SegmentSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer crashed.Close()
+	if crashed.End() != end {
+		t.Fatalf("after a crash the log ends at %d, want %d", crashed.End(), end)
 	}
 }
