@@ -65,9 +65,8 @@
 // Append returns once its records are written (SyncEverySec, SyncNever) or
 // written and fsynced (SyncAlways). SyncEverySec fsyncs once a second, from
 // its own goroutine through its own handle on the segment, so appends go on
-// while the disk syncs;
-// SyncNever leaves it to the OS. Sync and WaitSynced make any LSN durable on
-// demand, whatever the policy.
+// while the disk syncs; SyncNever leaves it to the OS. Sync and WaitSynced
+// make any LSN durable on demand, whatever the policy.
 //
 // A failed write or fsync poisons the log: every later call returns the same
 // error (ErrPoisoned wrapping the cause), because after a failed fsync the
