@@ -5,7 +5,7 @@ BIN      := bin
 # -p 2 matches the 2-core machines we build on; -race needs cgo.
 TESTFLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: all build run test bench lint fmt fuzz clean
+.PHONY: all build run test bench gobench lint fmt fuzz clean
 
 all: build
 
@@ -19,7 +19,21 @@ run: build
 test: lint
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
-bench:
+# bench runs a short load-generator matrix (diskque in each persistence mode,
+# produce and consume at pipeline 1 and 16) and writes bench/results/:
+# matrix.md (table), matrix.json (one line per run), matrix.svg and
+# matrix-p99.svg (charts). See bench/README.md.
+BENCHFLAGS ?= --clients 20 --count 20000
+bench: build
+	mkdir -p bench/results
+	rm -f bench/results/matrix.json
+	$(BIN)/diskque-bench --matrix --modes appendonly-no,fsync-no,everysec,always $(BENCHFLAGS) \
+		--server $(BIN)/diskque-server --json bench/results/matrix.json \
+		--chart bench/results/matrix.svg --chart-p99 bench/results/matrix-p99.svg > bench/results/matrix.md.tmp
+	mv bench/results/matrix.md.tmp bench/results/matrix.md
+
+# gobench runs the Go micro-benchmarks (wal, storage, ...).
+gobench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 lint:

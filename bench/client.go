@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"time"
@@ -10,6 +11,7 @@ import (
 // Command names under which Result.Commands keeps per-command latencies.
 const (
 	cmdAddJob      = "ADDJOB"
+	cmdAddJobDelay = "ADDJOB DELAY" // delayed workload
 	cmdGetJob      = "GETJOB NOHANG"
 	cmdGetJobBlock = "GETJOB TIMEOUT" // mixed runs, queue found empty
 	cmdAckJob      = "ACKJOB"
@@ -89,6 +91,12 @@ func (c *client) produceLoop() error {
 	if r.opts.Target == TargetRedis {
 		name = cmdLPush
 	}
+	delayed := r.workload == WorkloadDelayed
+	horizon := int64(r.opts.Horizon / time.Second)
+	ttl := strconv.FormatInt(horizon+86400, 10)
+	if delayed {
+		name = cmdAddJobDelay
+	}
 	h := c.cmd(name)
 	for !r.timeUp() {
 		k := r.produce.take(p)
@@ -101,6 +109,16 @@ func (c *client) produceLoop() error {
 				c.w.BulkString("LPUSH")
 				c.w.BulkString(q)
 				c.w.Bulk(r.body)
+			} else if delayed {
+				c.w.Array(8)
+				c.w.BulkString("ADDJOB")
+				c.w.BulkString(q)
+				c.w.Bulk(r.body)
+				c.w.BulkString("0")
+				c.w.BulkString("DELAY")
+				c.w.BulkInt(int(rand.Int64N(horizon)))
+				c.w.BulkString("TTL")
+				c.w.BulkString(ttl)
 			} else {
 				c.w.Array(4)
 				c.w.BulkString("ADDJOB")

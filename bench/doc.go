@@ -14,6 +14,7 @@
 //	consume (diskque)  send "GETJOB NOHANG COUNT P FROM q", then one "ACKJOB id…" for the jobs it got
 //	consume (redis)    send P × "RPOP q", then read P replies
 //	mixed              half the clients produce, half consume, on the same queue
+//	delayed (diskque)  send P × "ADDJOB q body 0 DELAY d TTL t", d uniform in [0, Horizon)
 //
 // A consumer stops when the queue is empty (GETJOB's *-1, RPOP's null) or
 // the count is reached. In a mixed run a consumer that finds the queue
@@ -40,6 +41,18 @@
 // free loopback port, readiness polled with PING and INFO loading:0) and
 // runs every mode × pipeline × workload one after the other, stopping each
 // server with SIGTERM before the next one starts.
+//
+// # Restart
+//
+// RunRestart starts a diskque-server on a temporary directory, fills it
+// (produce or delayed), reads its RSS, SIGKILLs it, starts it again on the
+// same directory and measures the time from that exec until it serves.
+//
+// # Charts and progress
+//
+// WriteChart draws a matrix's results as grouped bars (ops/s or p99 per
+// mode × workload × pipeline) with gonum.org/v1/plot. Options.Progress
+// receives a live progress line for runs longer than two seconds.
 //
 // # Concurrency
 //

@@ -79,6 +79,9 @@ func TestEndToEnd(t *testing.T) {
 	bin := buildServer(t)
 	t.Run("diskque", func(t *testing.T) { testDiskque(t, bin) })
 	t.Run("matrix", func(t *testing.T) { testMatrix(t, bin) })
+	t.Run("delayed", func(t *testing.T) { testDelayed(t, bin) })
+	t.Run("restart", func(t *testing.T) { testRestart(t, bin, WorkloadProduce) })
+	t.Run("restart-delayed", func(t *testing.T) { testRestart(t, bin, WorkloadDelayed) })
 }
 
 func testDiskque(t *testing.T, bin string) {

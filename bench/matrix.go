@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -61,6 +63,25 @@ type MatrixOptions struct {
 	Progress io.Writer
 	// JSON, if not nil, receives each Result as a line of JSON.
 	JSON io.Writer
+	// LiveProgress is each run's Options.Progress (a terminal).
+	LiveProgress io.Writer
+}
+
+// ModeKeys are the short names of DefaultModes, in order, for flags.
+var ModeKeys = []string{"appendonly-no", "fsync-no", "everysec", "always", "redis"}
+
+// ModesByKey returns the DefaultModes named by keys (see ModeKeys).
+func ModesByKey(keys []string) ([]Mode, error) {
+	all := DefaultModes()
+	var out []Mode
+	for _, k := range keys {
+		i := slices.Index(ModeKeys, k)
+		if i < 0 {
+			return nil, fmt.Errorf("bench: unknown mode %q (want some of %s)", k, strings.Join(ModeKeys, ","))
+		}
+		out = append(out, all[i])
+	}
+	return out, nil
 }
 
 func (m *MatrixOptions) ensureDefaults() {
@@ -160,7 +181,7 @@ func runMode(ctx context.Context, m MatrixOptions, mode Mode) (results []*Result
 			opts := Options{
 				Addr: srv.Addr, Target: mode.Target, Workload: w, Label: mode.Name,
 				Clients: m.Clients, Pipeline: p, Body: m.Body, Count: m.Count, Duration: m.Duration,
-				Queue: queue, Timeout: m.Timeout,
+				Queue: queue, Timeout: m.Timeout, Progress: m.LiveProgress,
 			}
 			res, runErr := Run(ctx, opts)
 			if res == nil {

@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"io"
 	"time"
 )
 
@@ -31,6 +32,14 @@ const (
 	// WorkloadMixed runs half the clients as producers and half as
 	// consumers on the same queue at once.
 	WorkloadMixed Workload = "mixed"
+	// WorkloadDelayed fills a delayed backlog: ADDJOB q body 0 DELAY d
+	// TTL t, with d drawn uniformly from [0, Horizon) seconds and t =
+	// Horizon + 1 day (DELAY must be below TTL, whose default is a day).
+	// diskque only.
+	WorkloadDelayed Workload = "delayed"
+	// WorkloadRestart is not a Run workload: RunRestart fills a server it
+	// started, SIGKILLs it and measures the restart.
+	WorkloadRestart Workload = "restart"
 )
 
 // ParseTarget accepts "diskque" or "redis".
@@ -42,13 +51,14 @@ func ParseTarget(s string) (Target, error) {
 	return "", fmt.Errorf("bench: unknown target %q (want diskque or redis)", s)
 }
 
-// ParseWorkload accepts "produce", "consume" or "mixed".
+// ParseWorkload accepts "produce", "consume", "mixed", "delayed" or
+// "restart" (the last one is for RunRestart, not Run).
 func ParseWorkload(s string) (Workload, error) {
 	switch w := Workload(s); w {
-	case WorkloadProduce, WorkloadConsume, WorkloadMixed:
+	case WorkloadProduce, WorkloadConsume, WorkloadMixed, WorkloadDelayed, WorkloadRestart:
 		return w, nil
 	}
-	return "", fmt.Errorf("bench: unknown workload %q (want produce, consume or mixed)", s)
+	return "", fmt.Errorf("bench: unknown workload %q (want produce, consume, mixed, delayed or restart)", s)
 }
 
 // Options describes one run. Count and Duration may both be set: the run
@@ -92,6 +102,13 @@ type Options struct {
 	// (or BRPOP) a consumer sends when it finds the queue empty while the
 	// producers still run. Default 100ms.
 	MixedPoll time.Duration
+	// Horizon, for WorkloadDelayed, is the span the delays are spread
+	// over. Default 30 days; it is rounded to whole seconds.
+	Horizon time.Duration
+	// Progress, if not nil, receives a progress line (ops done / total,
+	// rate), rewritten in place with \r about once a second, for runs
+	// that last longer than two seconds. Meant for a terminal.
+	Progress io.Writer
 }
 
 // DefaultOptions returns the defaults described on each field, with
@@ -144,7 +161,13 @@ func (o *Options) ensureDefaults() {
 	if o.MixedPoll == 0 {
 		o.MixedPoll = d.MixedPoll
 	}
+	if o.Horizon == 0 && o.Workload == WorkloadDelayed {
+		o.Horizon = DefaultHorizon
+	}
 }
+
+// DefaultHorizon is the delayed workload's default Horizon: 30 days.
+const DefaultHorizon = 30 * 24 * time.Hour
 
 // Validate reports the first inconsistent option (after defaults).
 func (o *Options) Validate() error {
@@ -155,6 +178,12 @@ func (o *Options) Validate() error {
 		return err
 	}
 	switch {
+	case o.Workload == WorkloadRestart:
+		return errors.New("bench: the restart workload runs with RunRestart, not Run")
+	case o.Workload == WorkloadDelayed && o.Target != TargetDiskque:
+		return errors.New("bench: the delayed workload needs diskque (ADDJOB DELAY)")
+	case o.Workload == WorkloadDelayed && o.Horizon < time.Second:
+		return errors.New("bench: the delayed workload needs a horizon of at least 1s")
 	case o.Clients < 1:
 		return errors.New("bench: clients must be at least 1")
 	case o.Workload == WorkloadMixed && o.Clients < 2:

@@ -129,7 +129,7 @@ func runPhase(ctx context.Context, opts Options) (*Result, error) {
 	}
 	producers := 0 // clients [0, producers) produce, the rest consume
 	switch opts.Workload {
-	case WorkloadProduce:
+	case WorkloadProduce, WorkloadDelayed:
 		producers = opts.Clients
 		r.produce, r.consume = newBudget(opts.Count), newBudget(0)
 	case WorkloadConsume:
@@ -170,6 +170,7 @@ func runPhase(ctx context.Context, opts Options) (*Result, error) {
 	// One sample of completed operations per whole second.
 	sampleDone := make(chan struct{})
 	var samples []int64
+	printedProgress := false
 	var sampler sync.WaitGroup
 	sampler.Go(func() {
 		t := time.NewTicker(time.Second)
@@ -183,6 +184,10 @@ func runPhase(ctx context.Context, opts Options) (*Result, error) {
 				now := r.progress.Load()
 				samples = append(samples, now-last)
 				last = now
+				if opts.Progress != nil && time.Since(start) >= progressAfter {
+					printedProgress = true
+					fmt.Fprintf(opts.Progress, "\r%s", progressLine(opts, now, time.Since(start)))
+				}
 			}
 		}
 	})
@@ -203,6 +208,9 @@ func runPhase(ctx context.Context, opts Options) (*Result, error) {
 	close(sampleDone)
 	sampler.Wait()
 	res.PerSecond = samples
+	if printedProgress {
+		fmt.Fprintf(opts.Progress, "\r%s\n", progressLine(opts, r.progress.Load(), res.Elapsed))
+	}
 
 	for _, c := range clients {
 		res.add(c)
@@ -246,4 +254,24 @@ func loadAvg() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// progressAfter is how long a run lasts before it shows a progress line.
+const progressAfter = 2 * time.Second
+
+// progressLine is the live progress of a run: operations done out of the
+// count (or time out of the duration), and the mean rate so far.
+func progressLine(o Options, done int64, elapsed time.Duration) string {
+	rate := 0.0
+	if elapsed > 0 {
+		rate = float64(done) / elapsed.Seconds()
+	}
+	of := ""
+	switch {
+	case o.Count > 0:
+		of = fmt.Sprintf("/%d (%.0f%%)", o.Count, 100*float64(done)/float64(o.Count))
+	case o.Duration > 0:
+		of = fmt.Sprintf(" (%.0fs/%.0fs)", elapsed.Seconds(), o.Duration.Seconds())
+	}
+	return fmt.Sprintf("%s %s p%d: %d%s ops, %.0f ops/s   ", o.Label, o.Workload, o.Pipeline, done, of, rate)
 }

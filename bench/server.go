@@ -41,6 +41,8 @@ type ServerConfig struct {
 type Server struct {
 	// Addr is 127.0.0.1:port.
 	Addr string
+	// Started is the instant just before the process was exec'd.
+	Started time.Time
 
 	cfg    ServerConfig
 	cmd    *exec.Cmd
@@ -73,24 +75,11 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{
-			Addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			cfg:    cfg,
-			out:    &serverLog{},
-			exited: make(chan struct{}),
+		s, err := spawn(cfg, port)
+		if err != nil {
+			return nil, err
 		}
-		args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", cfg.Dir}, cfg.Args...)
-		s.cmd = exec.Command(cfg.Bin, args...)
-		s.cmd.Dir = cfg.Dir
-		s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-		detach(s.cmd)
-		if err := s.cmd.Start(); err != nil {
-			return nil, fmt.Errorf("bench: start %s: %w", cfg.Bin, err)
-		}
-		go func() {
-			_ = s.cmd.Wait()
-			close(s.exited)
-		}()
+		args := s.cmd.Args[1:]
 		err = s.waitReady(ctx)
 		if err == nil {
 			return s, nil
@@ -107,6 +96,51 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("bench: %s %s not ready: %w; its output ends:\n%s",
 			cfg.Bin, strings.Join(args, " "), err, s.out.Tail())
 	}
+}
+
+// spawn starts cfg.Bin (already resolved) on port without waiting for it;
+// Server.Started is the instant just before the exec.
+func spawn(cfg ServerConfig, port int) (*Server, error) {
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = 30 * time.Second
+	}
+	s := &Server{
+		Addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		cfg:    cfg,
+		out:    &serverLog{},
+		exited: make(chan struct{}),
+	}
+	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", cfg.Dir}, cfg.Args...)
+	s.cmd = exec.Command(cfg.Bin, args...)
+	s.cmd.Dir = cfg.Dir
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
+	detach(s.cmd)
+	s.Started = time.Now()
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench: start %s: %w", cfg.Bin, err)
+	}
+	go func() {
+		_ = s.cmd.Wait()
+		close(s.exited)
+	}()
+	return s, nil
+}
+
+// Pid is the server's process id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Kill sends SIGKILL and waits for the process to exit.
+func (s *Server) Kill() error {
+	select {
+	case <-s.exited:
+		return fmt.Errorf("%w before it was killed: %v", ErrServerExited, s.cmd.ProcessState)
+	default:
+	}
+	if err := s.cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("bench: SIGKILL %s: %w", s.cfg.Bin, err)
+	}
+	<-s.exited
+	return nil
 }
 
 // resolveBin returns the absolute path of an executable named by a path

@@ -5,10 +5,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/diskque/diskque/bench"
@@ -26,7 +29,7 @@ func run() error {
 	var (
 		addr      = flag.String("addr", d.Addr, "server address")
 		target    = flag.String("target", string(d.Target), "server kind: diskque or redis")
-		workload  = flag.String("workload", string(d.Workload), "produce, consume or mixed")
+		workload  = flag.String("workload", string(d.Workload), "produce, consume, mixed, delayed (ADDJOB DELAY spread over --horizon) or restart (start --server, fill --count jobs, SIGKILL, time the restart)")
 		clients   = flag.Int("clients", d.Clients, "connections, one goroutine each")
 		pipeline  = flag.Int("pipeline", d.Pipeline, "pipeline depth (consume: GETJOB COUNT)")
 		body      = flag.Int("body", d.Body, "job body size in bytes")
@@ -39,6 +42,13 @@ func run() error {
 		matrix    = flag.Bool("matrix", false, "start diskque in every persistence mode and redis, run produce and consume at pipeline 1 and 16 against each, print a comparison")
 		serverBin = flag.String("server", "bin/diskque-server", "--matrix: diskque-server binary")
 		redisBin  = flag.String("redis", "/usr/bin/redis-server", "--matrix: redis-server binary")
+		horizon   = flag.Duration("horizon", bench.DefaultHorizon, "delayed: spread the delays uniformly over this span")
+		fill      = flag.String("fill", "produce", "restart: fill with produce (ready jobs) or delayed (over --horizon)")
+		srvArgs   = flag.String("server-args", "", "restart: extra diskque-server flags, space-separated (e.g. \"--appendfsync always\")")
+		progress  = flag.Bool("progress", false, "show a progress line on stderr for runs over 2s (default: only when stderr is a terminal)")
+		modes     = flag.String("modes", strings.Join(bench.ModeKeys, ","), "--matrix: the modes to run, comma-separated")
+		chart     = flag.String("chart", "", "--matrix: write a grouped bar chart of ops/s to this .svg or .png file")
+		chartP99  = flag.String("chart-p99", "", "--matrix: write a grouped bar chart of p99 latency to this .svg or .png file")
 	)
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -46,6 +56,10 @@ func run() error {
 	}
 	if *count == 0 && *duration == 0 {
 		*count = d.Count
+	}
+	var live io.Writer
+	if *progress || isTerminal(os.Stderr) {
+		live = os.Stderr
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -62,10 +76,14 @@ func run() error {
 	}
 
 	if *matrix {
+		ms, err := bench.ModesByKey(strings.Split(*modes, ","))
+		if err != nil {
+			return err
+		}
 		m := bench.MatrixOptions{
-			ServerBin: *serverBin, RedisBin: *redisBin,
+			ServerBin: *serverBin, RedisBin: *redisBin, Modes: ms,
 			Clients: *clients, Body: *body, Count: *count, Duration: *duration, Timeout: *timeout,
-			Progress: os.Stderr,
+			Progress: os.Stderr, LiveProgress: live,
 		}
 		if jsonOut != nil {
 			m.JSON = jsonOut
@@ -73,6 +91,14 @@ func run() error {
 		results, err := bench.RunMatrix(ctx, m)
 		if len(results) > 0 {
 			fmt.Print(bench.MatrixTable(results))
+			for _, c := range []struct {
+				path   string
+				metric bench.ChartMetric
+			}{{*chart, bench.ChartOpsPerSec}, {*chartP99, bench.ChartP99}} {
+				if c.path != "" {
+					err = errors.Join(err, bench.WriteChart(c.path, results, c.metric))
+				}
+			}
 		}
 		return err
 	}
@@ -85,9 +111,34 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if w == bench.WorkloadRestart {
+		f, err := bench.ParseWorkload(*fill)
+		if err != nil {
+			return err
+		}
+		o := bench.RestartOptions{
+			ServerBin: *serverBin, Args: strings.Fields(*srvArgs), Fill: f, Count: *count,
+			Clients: *clients, Pipeline: *pipeline, Body: *body, Horizon: *horizon, Timeout: *timeout,
+			Progress: os.Stderr, FillProgress: live,
+		}
+		if *queue != d.Queue {
+			o.Queue = *queue
+		}
+		res, err := bench.RunRestart(ctx, o)
+		if res != nil {
+			fmt.Print(bench.RestartTable(o, res))
+			if jsonOut != nil && res.Fill != nil {
+				if err := bench.WriteJSONLine(jsonOut, res.Fill); err != nil {
+					return err
+				}
+			}
+		}
+		return err
+	}
 	opts := bench.Options{
 		Addr: *addr, Target: t, Workload: w, Clients: *clients, Pipeline: *pipeline, Body: *body,
 		Count: *count, Duration: *duration, Queue: *queue, Timeout: *timeout, Prefill: *prefill,
+		Horizon: *horizon, Progress: live,
 	}
 	if opts.Prefill < 0 {
 		opts.Prefill = 0
@@ -108,4 +159,10 @@ func run() error {
 		}
 	}
 	return runErr
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
