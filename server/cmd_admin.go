@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/diskque/diskque/storage"
 	"github.com/tidwall/redcon"
 )
 
@@ -190,6 +191,8 @@ var commandFlags = map[string][]string{
 	"shutdown": {"admin", "readonly", "loading", "stale"},
 	"debug":    {"admin", "noscript"},
 	"cluster":  {"admin", "readonly"},
+	"config":   {"admin", "noscript", "loading", "stale"},
+	"slowlog":  {"admin", "random", "loading", "stale"},
 }
 
 // cmdCommand: COMMAND → one [name, arity, flags, first-key, last-key,
@@ -246,7 +249,8 @@ func writeCommandInfo(conn redcon.Conn, cmd *command) {
 }
 
 // cmdInfo writes INFO in Disque's section order: Server, Clients, Memory,
-// Jobs, Queues, Persistence, Stats, CPU. No value contains '#'.
+// Jobs, Queues, Persistence, Stats, CPU, then diskque's own Storage (once
+// loaded). No value contains '#'.
 func cmdInfo(s *Server, c *call) {
 	want := ""
 	if len(c.args) > 1 {
@@ -333,7 +337,43 @@ func cmdInfo(s *Server, c *call) {
 		fmt.Sprintf("used_cpu_sys:%.2f", tvSeconds(ru.Stime)),
 		fmt.Sprintf("used_cpu_user:%.2f", tvSeconds(ru.Utime)),
 	)
+	if c.broker != nil {
+		add("Storage", storageInfo(c.broker.Store())...)
+	}
 	c.conn.WriteBulkString(strings.Join(sections, "\r\n"))
+}
+
+// storageInfo is INFO's Storage section: the AOF segments and their live
+// data, and the Pebble index.
+func storageInfo(st *storage.Store) []string {
+	stats := st.Stats()
+	var aofBytes, bodies, live int64
+	for _, seg := range stats.Segments {
+		aofBytes += seg.Size
+		bodies += seg.LiveBodies
+		live += seg.LiveBytes
+	}
+	ratio := 0.0
+	if aofBytes > 0 {
+		ratio = float64(live) / float64(aofBytes)
+	}
+	m := st.IndexMetrics()
+	hitRate := 0.0
+	if total := m.BlockCache.Hits + m.BlockCache.Misses; total > 0 {
+		hitRate = float64(m.BlockCache.Hits) / float64(total)
+	}
+	return []string{
+		fmt.Sprintf("segments:%d", len(stats.Segments)),
+		fmt.Sprintf("aof_bytes:%d", aofBytes),
+		fmt.Sprintf("live_bodies:%d", bodies),
+		fmt.Sprintf("live_bytes:%d", live),
+		fmt.Sprintf("live_ratio:%.3f", ratio),
+		fmt.Sprintf("applied_lsn:%d", uint64(stats.Applied)),
+		fmt.Sprintf("index_size:%d", m.DiskSpaceUsage()),
+		fmt.Sprintf("index_l0_files:%d", m.Levels[0].TablesCount),
+		fmt.Sprintf("memtable_bytes:%d", m.MemTable.Size),
+		fmt.Sprintf("block_cache_hit_rate:%.3f", hitRate),
+	}
 }
 
 func boolInt(b bool) int {

@@ -56,11 +56,12 @@ func cmdAuth(s *Server, c *call) {
 		c.conn.WriteError(errSyntax)
 		return
 	}
-	if s.opts.RequirePass == "" {
+	pass := s.password()
+	if pass == "" {
 		c.conn.WriteError(errNoPasswordSet)
 		return
 	}
-	if subtle.ConstantTimeCompare(given, []byte(s.opts.RequirePass)) != 1 {
+	if subtle.ConstantTimeCompare(given, []byte(pass)) != 1 {
 		c.client.authed = false
 		c.conn.WriteError(errBadPassword)
 		return

@@ -25,6 +25,34 @@
 // Limits: MaxClients connections, MaxJobSize bytes of ADDJOB body (checked
 // before the job reaches the broker, also inside a pipeline).
 //
+// Configuration: the daemon owns its directives and config file and hands
+// the server a Config (Options.Config). CONFIG GET glob lists matching
+// directives as name, value pairs; CONFIG SET changes what can change at run
+// time — the daemon applies requirepass, maxclients, max-job-size and the
+// slowlog settings through the Server's setters (SetRequirePass, …), the rest
+// are refused with "needs a restart"; CONFIG REWRITE saves the config file;
+// CONFIG RESETSTAT zeroes the server's own INFO Stats counters (the
+// broker's job counters stay).
+//
+// SLOWLOG GET [n] | LEN | RESET: execute times every command and keeps
+// those slower than slowlog-log-slower-than (default 10ms; negative: off),
+// at most slowlog-max-len (default 128), as Redis does: id, Unix time,
+// duration in µs, the arguments (at most 32, each cut at 128 bytes), the
+// client's address and name. A GETJOB that may block is not logged: waiting
+// for jobs is not slowness.
+//
+// INFO ends with a Storage section after Disque's CPU (Disque's order stays
+// intact for clients that parse it by position): AOF segments, aof_bytes,
+// live bodies and bytes and their ratio, applied_lsn, and the Pebble index's
+// size, L0 files, memtable bytes and block cache hit rate.
+//
+// Metrics: MetricsHandler serves Prometheus metrics (the daemon mounts it
+// at /metrics on its opt-in metrics-addr): diskque_commands_processed_total
+// and the diskque_command_duration_seconds histogram by command — labels
+// are the command table's names, "unknown" for anything else, so clients
+// cannot grow them — and gauges read at scrape time: registered and queued
+// jobs, AOF segments and bytes, blocked and connected clients.
+//
 // A Server is safe for concurrent use; each connection is served by its own
 // goroutine.
 package server

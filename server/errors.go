@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/diskque/diskque/queue"
@@ -67,4 +68,19 @@ func oneLine(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// configError maps an error of Options.Config to a RESP error.
+func configError(name string, err error) string {
+	switch {
+	case errors.Is(err, ErrConfigUnknown):
+		return fmt.Sprintf("ERR Unknown option or number of arguments for CONFIG SET - '%s'", truncate(name, 64))
+	case errors.Is(err, ErrConfigRestart):
+		return fmt.Sprintf("ERR CONFIG SET of '%s' needs a restart", name)
+	case errors.Is(err, ErrNoConfigFile):
+		return "ERR The server is running without a config file"
+	case name != "":
+		return fmt.Sprintf("ERR CONFIG SET failed (possibly related to argument '%s') - %s", name, oneLine(err.Error()))
+	}
+	return "ERR " + oneLine(err.Error())
 }

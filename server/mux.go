@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/diskque/diskque/queue"
 	"github.com/tidwall/redcon"
@@ -46,7 +47,8 @@ func register(cmds ...*command) {
 
 // execute runs cmds[0] (and maybe more of the pipeline) and returns how many
 // commands it consumed. The checks run in Redis's order: unknown command,
-// arity, authentication, loading; then ADDJOB's max-job-size.
+// arity, authentication, loading; then ADDJOB's max-job-size. A command that
+// ran long is recorded in the slow log.
 func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 	s.commands.Add(1)
 	args := cmds[0].Args
@@ -56,6 +58,7 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 	name := strings.ToLower(string(args[0]))
 	cmd := commands[name]
 	if cmd == nil {
+		s.metrics.observe("unknown", 0)
 		conn.WriteError(fmt.Sprintf("ERR unknown command '%s'", truncate(string(args[0]), 128)))
 		return 1
 	}
@@ -68,7 +71,7 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 		cl = &client{} // not accepted through accept (never in practice)
 	}
 	cl.touch(name)
-	if s.opts.RequirePass != "" && !cl.authed && !noAuth[name] {
+	if s.password() != "" && !cl.authed && !noAuth[name] {
 		conn.WriteError(errNoAuth)
 		return 1
 	}
@@ -80,19 +83,25 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 	rest := cmds[1:]
 	if name == "addjob" {
 		if s.jobTooLarge(args) {
-			conn.WriteError(fmt.Sprintf(errJobTooLarge, s.opts.MaxJobSize))
+			conn.WriteError(fmt.Sprintf(errJobTooLarge, s.maxJobSize.Load()))
 			return 1
 		}
 		rest = s.addJobBatchable(rest)
 	}
 	c := &call{conn: conn, args: args, broker: b, client: cl, rest: rest}
+	start := time.Now()
 	cmd.run(s, c)
+	took := time.Since(start)
+	s.metrics.observe(name, took)
+	if !blocking(name, args) {
+		s.slowlog.record(args, start, took, cl)
+	}
 	return 1 + c.consumed
 }
 
 // jobTooLarge says whether ADDJOB args carry a body over max-job-size.
 func (s *Server) jobTooLarge(args [][]byte) bool {
-	return len(args) >= 3 && int64(len(args[2])) > s.opts.MaxJobSize
+	return len(args) >= 3 && int64(len(args[2])) > s.maxJobSize.Load()
 }
 
 // addJobBatchable cuts the pipeline after an ADDJOB before the first

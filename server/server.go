@@ -34,6 +34,15 @@ type Options struct {
 	MaxClients int
 	// MaxJobSize bounds the body of an ADDJOB in bytes. Default 64 MiB.
 	MaxJobSize int64
+	// Config serves CONFIG GET, SET and REWRITE. Default nil: CONFIG GET
+	// matches nothing, SET and REWRITE are errors.
+	Config Config
+	// SlowlogSlowerThan: commands that run at least this long are logged
+	// in SLOWLOG; negative disables it. Default (0) DefaultSlowlogSlowerThan,
+	// 10ms; SetSlowlog(0, n) logs every command.
+	SlowlogSlowerThan time.Duration
+	// SlowlogMaxLen bounds the SLOWLOG entries kept. Default 128.
+	SlowlogMaxLen int
 	// OnShutdown is called (once) by SHUTDOWN; the daemon wires it to its
 	// SIGTERM path. Default: SHUTDOWN closes the server itself.
 	OnShutdown func()
@@ -43,6 +52,9 @@ type Options struct {
 const (
 	DefaultMaxClients = 10000
 	DefaultMaxJobSize = 64 << 20
+	// DefaultSlowlogSlowerThan is Redis's slowlog-log-slower-than.
+	DefaultSlowlogSlowerThan = 10 * time.Millisecond
+	DefaultSlowlogMaxLen     = 128
 )
 
 // InfoSource gives INFO the daemon's settings.
@@ -75,6 +87,14 @@ type Server struct {
 	// shutdownOnce: SHUTDOWN acts once.
 	shutdownOnce sync.Once
 	conns        atomic.Int64
+
+	// The settings CONFIG SET changes at run time (Options holds their
+	// values at start).
+	requirePass atomic.Pointer[string]
+	maxClients  atomic.Int64
+	maxJobSize  atomic.Int64
+	slowlog     slowlog
+	metrics     *metrics
 }
 
 // client is one connection's state. The fields above mu are set at accept
@@ -111,11 +131,35 @@ func New(opts Options) *Server {
 	if opts.MaxJobSize <= 0 {
 		opts.MaxJobSize = DefaultMaxJobSize
 	}
+	if opts.SlowlogSlowerThan == 0 {
+		opts.SlowlogSlowerThan = DefaultSlowlogSlowerThan
+	}
+	if opts.SlowlogMaxLen <= 0 {
+		opts.SlowlogMaxLen = DefaultSlowlogMaxLen
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{opts: opts, start: time.Now(), clients: map[redcon.Conn]*client{}, ctx: ctx, cancel: cancel}
 	s.idle = sync.NewCond(&s.mu)
+	s.metrics = newMetrics(s)
+	s.SetRequirePass(opts.RequirePass)
+	s.SetMaxClients(opts.MaxClients)
+	s.SetMaxJobSize(opts.MaxJobSize)
+	s.SetSlowlog(opts.SlowlogSlowerThan, opts.SlowlogMaxLen)
 	return s
 }
+
+// SetRequirePass changes the password (CONFIG SET requirepass): "" turns
+// authentication off. Connections already authenticated stay so; new ones
+// need the new password.
+func (s *Server) SetRequirePass(pass string) { s.requirePass.Store(&pass) }
+
+// SetMaxClients changes maxclients; connected clients beyond it stay.
+func (s *Server) SetMaxClients(n int) { s.maxClients.Store(int64(n)) }
+
+// SetMaxJobSize changes max-job-size in bytes.
+func (s *Server) SetMaxJobSize(n int64) { s.maxJobSize.Store(n) }
+
+func (s *Server) password() string { return *s.requirePass.Load() }
 
 // SetBroker makes the server ready: loading is over.
 func (s *Server) SetBroker(b *queue.Broker) { s.broker.Store(b) }
@@ -175,9 +219,9 @@ func (s *Server) accept(conn redcon.Conn) bool {
 	s.conns.Add(1)
 	s.mu.Lock()
 	switch {
-	case protectedDenied(s.host, s.opts.RequirePass, c.netConn.RemoteAddr()):
+	case protectedDenied(s.host, s.password(), c.netConn.RemoteAddr()):
 		c.rejected = errDenied
-	case len(s.clients) >= s.opts.MaxClients:
+	case int64(len(s.clients)) >= s.maxClients.Load():
 		c.rejected = errMaxClients
 	default:
 		s.clients[conn] = c

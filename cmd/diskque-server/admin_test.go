@@ -194,7 +194,8 @@ func TestAdminCommands(t *testing.T) {
 			t.Errorf("INFO line %q is not key:value", line)
 		}
 	}
-	wantSections := []string{"Server", "Clients", "Memory", "Jobs", "Queues", "Persistence", "Stats", "CPU"}
+	// Disque's sections in Disque's order, then diskque's own Storage.
+	wantSections := []string{"Server", "Clients", "Memory", "Jobs", "Queues", "Persistence", "Stats", "CPU", "Storage"}
 	if !slices.Equal(sections, wantSections) {
 		t.Errorf("INFO sections = %v, want %v", sections, wantSections)
 	}

@@ -29,6 +29,11 @@ type config struct {
 	RequirePass string
 	MaxClients  int
 	MaxJobSize  int64
+	// SlowlogSlowerThan is slowlog-log-slower-than in µs (negative: off).
+	SlowlogSlowerThan int64
+	SlowlogMaxLen     int
+	// MetricsAddr, when set, is where /metrics is served over HTTP.
+	MetricsAddr string
 }
 
 func defaultConfig() config {
@@ -41,6 +46,9 @@ func defaultConfig() config {
 		LogLevel:    slog.LevelInfo,
 		MaxClients:  server.DefaultMaxClients,
 		MaxJobSize:  server.DefaultMaxJobSize,
+
+		SlowlogSlowerThan: server.DefaultSlowlogSlowerThan.Microseconds(),
+		SlowlogMaxLen:     server.DefaultSlowlogMaxLen,
 	}
 }
 
@@ -61,7 +69,16 @@ Directives (in the config file as "directive value", or as --directive value):
   maxclients N                  most connected clients (default 10000)
   max-job-size BYTES            largest ADDJOB body; 65536, 64kb, 64mb, 1gb
                                 (default 64mb)
+  slowlog-log-slower-than US    log commands slower than US microseconds in
+                                SLOWLOG (default 10000; 0 = all; negative = off)
+  slowlog-max-len N             SLOWLOG entries kept (default 128)
+  metrics-addr HOST:PORT        serve Prometheus metrics over HTTP at
+                                http://HOST:PORT/metrics (default: off)
   include PATH                  (config file only) read another config file
+
+At run time CONFIG GET reads these, CONFIG SET changes loglevel, requirepass,
+maxclients, max-job-size and the slowlog ones (the rest need a restart), and
+CONFIG REWRITE saves them into the config file given at start.
 `
 
 // parseArgs reads the optional config file and the flags.
@@ -208,10 +225,79 @@ func (c *config) set(name string, vals []string) error {
 			return fmt.Errorf("max-job-size: want a size from 1 byte to 1gb (65536, 64kb, 64mb, 1gb), got %q", v)
 		}
 		c.MaxJobSize = n
+	case "slowlog-log-slower-than":
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n > math.MaxInt64/1000 {
+			return fmt.Errorf("slowlog-log-slower-than: want a number of microseconds, got %q", v)
+		}
+		c.SlowlogSlowerThan = n
+	case "metrics-addr":
+		if v == `""` {
+			v = ""
+		}
+		c.MetricsAddr = v
+	case "slowlog-max-len":
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1<<20 {
+			return fmt.Errorf("slowlog-max-len: want a number of entries from 0 to 1048576, got %q", v)
+		}
+		c.SlowlogMaxLen = n
 	default:
 		return fmt.Errorf("unknown or not yet supported directive %q", name)
 	}
 	return nil
+}
+
+// directives are the names set knows, in the order CONFIG GET and
+// CONFIG REWRITE list them.
+var directives = []string{
+	"port", "bind", "dir", "appendonly", "appendfsync", "loglevel", "logfile", "pidfile",
+	"requirepass", "maxclients", "max-job-size", "slowlog-log-slower-than", "slowlog-max-len",
+	"metrics-addr",
+}
+
+// value is directive name's value as set would read it back.
+func (c *config) value(name string) string {
+	switch name {
+	case "port":
+		return strconv.Itoa(c.Port)
+	case "bind":
+		return c.Bind
+	case "dir":
+		return c.Dir
+	case "appendonly":
+		if c.AppendOnly {
+			return "yes"
+		}
+		return "no"
+	case "appendfsync":
+		return c.AppendFsync.String()
+	case "loglevel":
+		switch {
+		case c.LogLevel <= slog.LevelDebug:
+			return "debug"
+		case c.LogLevel <= slog.LevelInfo:
+			return "notice"
+		}
+		return "warning"
+	case "logfile":
+		return c.LogFile
+	case "pidfile":
+		return c.PidFile
+	case "requirepass":
+		return c.RequirePass
+	case "maxclients":
+		return strconv.Itoa(c.MaxClients)
+	case "max-job-size":
+		return strconv.FormatInt(c.MaxJobSize, 10)
+	case "slowlog-log-slower-than":
+		return strconv.FormatInt(c.SlowlogSlowerThan, 10)
+	case "slowlog-max-len":
+		return strconv.Itoa(c.SlowlogMaxLen)
+	case "metrics-addr":
+		return c.MetricsAddr
+	}
+	return ""
 }
 
 // maxJobSizeLimit bounds max-job-size: a job is held in memory whole.

@@ -8,10 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/diskque/diskque/queue"
@@ -45,7 +47,9 @@ func run(cfg config) error {
 		defer f.Close()
 		logOut = f
 	}
-	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	level := new(slog.LevelVar)
+	level.Set(cfg.LogLevel)
+	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
 
 	if cfg.PidFile != "" {
@@ -64,7 +68,9 @@ func run(cfg config) error {
 	}
 	// SHUTDOWN takes the same path as SIGTERM.
 	shutdown := make(chan struct{}, 1)
+	live := &liveConfig{cfg: cfg, level: level}
 	srv := server.New(server.Options{
+		Config: live,
 		Logger: log,
 		Info: server.InfoSource{
 			AOFEnabled: cfg.AppendOnly, AppendFsync: cfg.AppendFsync.String(), Dir: cfg.Dir, ConfigFile: cfg.ConfigFile,
@@ -79,8 +85,25 @@ func run(cfg config) error {
 			}
 		},
 	})
+	live.srv = srv
+	live.mu.Lock()
+	live.apply() // slowlog-log-slower-than 0 means "log all", not the default
+	live.mu.Unlock()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	if cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("metrics-addr: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", srv.MetricsHandler())
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = hs.Serve(mln) }()
+		defer hs.Close()
+		log.Info("metrics listening", "addr", mln.Addr().String())
+	}
 	log.Info("diskque listening", "addr", ln.Addr().String(), "dir", cfg.Dir,
 		"appendonly", cfg.AppendOnly, "appendfsync", cfg.AppendFsync.String(), "pid", os.Getpid())
 	if cfg.RequirePass == "" {

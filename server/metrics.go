@@ -1,0 +1,98 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Prometheus metrics, served by MetricsHandler (the daemon's opt-in
+// metrics-addr). Command labels are bounded: the registered command names,
+// and "unknown" for anything else.
+
+// metrics are the server's collectors, in a registry of its own.
+type metrics struct {
+	reg     *prometheus.Registry
+	byName  map[string]commandMetrics // every registered command, and "unknown"
+	unknown commandMetrics
+}
+
+// commandMetrics are one command's pre-bound collectors.
+type commandMetrics struct {
+	calls   prometheus.Counter
+	latency prometheus.Observer
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry(), byName: map[string]commandMetrics{}}
+	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "diskque_commands_processed_total",
+		Help: "Commands processed, by command name (unknown for names not in the command table).",
+	}, []string{"command"})
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "diskque_command_duration_seconds",
+		Help:    "Time commands took to run, by command name (blocked GETJOB time included).",
+		Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10), // 10µs … 2.6s
+	}, []string{"command"})
+	bind := func(name string) commandMetrics {
+		return commandMetrics{calls: calls.WithLabelValues(name), latency: latency.WithLabelValues(name)}
+	}
+	for name := range commands {
+		m.byName[name] = bind(name)
+	}
+	m.unknown = bind("unknown")
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	storeStat := func(f func(jobs, queued, segments, aofBytes int64) int64) func() float64 {
+		return func() float64 {
+			b := s.broker.Load()
+			if b == nil {
+				return 0
+			}
+			st := b.Store().Stats()
+			var size int64
+			for _, seg := range st.Segments {
+				size += seg.Size
+			}
+			return float64(f(st.Jobs, st.Queued, int64(len(st.Segments)), size))
+		}
+	}
+	m.reg.MustRegister(calls, latency,
+		gauge("diskque_registered_jobs", "Jobs the node holds.",
+			storeStat(func(jobs, _, _, _ int64) int64 { return jobs })),
+		gauge("diskque_queued_jobs", "Jobs queued, all queues.",
+			storeStat(func(_, queued, _, _ int64) int64 { return queued })),
+		gauge("diskque_aof_segments", "AOF segment files.",
+			storeStat(func(_, _, segments, _ int64) int64 { return segments })),
+		gauge("diskque_aof_bytes", "Bytes in the AOF segment files.",
+			storeStat(func(_, _, _, size int64) int64 { return size })),
+		gauge("diskque_blocked_clients", "Clients blocked in GETJOB.", func() float64 {
+			if b := s.broker.Load(); b != nil {
+				return float64(b.Stats().BlockedClients)
+			}
+			return 0
+		}),
+		gauge("diskque_connected_clients", "Connected clients.", func() float64 {
+			return float64(s.connectedClients())
+		}),
+	)
+	return m
+}
+
+// observe counts one run of command name (already lower case) that took d.
+func (m *metrics) observe(name string, d time.Duration) {
+	cm, ok := m.byName[name]
+	if !ok {
+		cm = m.unknown
+	}
+	cm.calls.Inc()
+	cm.latency.Observe(d.Seconds())
+}
+
+// MetricsHandler serves the server's metrics in Prometheus's text format.
+func (s *Server) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
+}
