@@ -23,7 +23,9 @@
 // time. A server listening on a non-loopback address without a password
 // refuses non-loopback clients (-DENIED), like Redis's protected mode.
 // Limits: MaxClients connections, MaxJobSize bytes of ADDJOB body (checked
-// before the job reaches the broker, also inside a pipeline).
+// before the job reaches the broker, also inside a pipeline), MinFreeDisk
+// (-NOSPACE) and MaxMemory (-OOM), measured in the background (guard.go):
+// they refuse only new jobs, and lift by themselves.
 //
 // Configuration: the daemon owns its directives and config file and hands
 // the server a Config (Options.Config). CONFIG GET glob lists matching

@@ -11,6 +11,8 @@ import (
 
 // The RESP error replies. Texts follow shared/SPEC.md to the letter.
 const (
+	errNoSpace      = "NOSPACE Not enough free disk space to accept new jobs (min-free-disk), try later"
+	errOOM          = "OOM command not allowed when used memory > 'maxmemory'."
 	errBadID        = "BADID Invalid Job ID format."
 	errNoJob        = "NOJOB Job not known in the context of this node."
 	errTooLate      = "TOOLATE Half of job TTL already elapsed, you are no longer allowed to postpone the next delivery."

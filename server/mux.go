@@ -81,6 +81,12 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 		return 1
 	}
 	rest := cmds[1:]
+	if name == "addjob" && b != nil {
+		if refusal := s.refuseNewJob(); refusal != "" {
+			conn.WriteError(refusal)
+			return 1
+		}
+	}
 	if name == "addjob" {
 		if s.jobTooLarge(args) {
 			conn.WriteError(fmt.Sprintf(errJobTooLarge, s.maxJobSize.Load()))

@@ -34,6 +34,14 @@ type Options struct {
 	MaxClients int
 	// MaxJobSize bounds the body of an ADDJOB in bytes. Default 64 MiB.
 	MaxJobSize int64
+	// MinFreeDisk: below this many free bytes on the data directory's
+	// filesystem, ADDJOB gets -NOSPACE. 0: off.
+	MinFreeDisk int64
+	// MaxMemory: above this many resident bytes, ADDJOB gets -OOM. 0: off.
+	MaxMemory int64
+	// GuardInterval is how often disk space and memory are measured.
+	// Default 250 ms.
+	GuardInterval time.Duration
 	// Config serves CONFIG GET, SET and REWRITE. Default nil: CONFIG GET
 	// matches nothing, SET and REWRITE are errors.
 	Config Config
@@ -93,6 +101,7 @@ type Server struct {
 	requirePass atomic.Pointer[string]
 	maxClients  atomic.Int64
 	maxJobSize  atomic.Int64
+	guard       guard
 	slowlog     slowlog
 	metrics     *metrics
 }
@@ -144,6 +153,8 @@ func New(opts Options) *Server {
 	s.SetRequirePass(opts.RequirePass)
 	s.SetMaxClients(opts.MaxClients)
 	s.SetMaxJobSize(opts.MaxJobSize)
+	s.SetMinFreeDisk(opts.MinFreeDisk)
+	s.SetMaxMemory(opts.MaxMemory)
 	s.SetSlowlog(opts.SlowlogSlowerThan, opts.SlowlogMaxLen)
 	return s
 }
@@ -179,6 +190,11 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.rs = redcon.NewServerNetwork("tcp", ln.Addr().String(), s.handle, s.accept, s.closed)
 	rs := s.rs
 	s.mu.Unlock()
+	every := s.opts.GuardInterval
+	if every <= 0 {
+		every = 250 * time.Millisecond
+	}
+	go s.runGuard(every)
 	return rs.Serve(ln)
 }
 

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/diskque/diskque/wal"
 )
 
@@ -259,3 +260,7 @@ func (s *Store) Sync() error {
 
 // IndexMetrics returns the Pebble index's metrics (levels, cache, flushes).
 func (s *Store) IndexMetrics() *pebble.Metrics { return s.db.Metrics() }
+
+// DiskUsage reports the space of the filesystem holding the store. An
+// in-memory store reports vfs.ErrUnsupported.
+func (s *Store) DiskUsage() (vfs.DiskUsage, error) { return s.opts.FS.GetDiskUsage(s.dir) }

@@ -29,6 +29,9 @@ type config struct {
 	RequirePass string
 	MaxClients  int
 	MaxJobSize  int64
+	// MinFreeDisk and MaxMemory are bytes (0: off); see server.Options.
+	MinFreeDisk int64
+	MaxMemory   int64
 	// SlowlogSlowerThan is slowlog-log-slower-than in µs (negative: off).
 	SlowlogSlowerThan int64
 	SlowlogMaxLen     int
@@ -46,6 +49,7 @@ func defaultConfig() config {
 		LogLevel:    slog.LevelInfo,
 		MaxClients:  server.DefaultMaxClients,
 		MaxJobSize:  server.DefaultMaxJobSize,
+		MinFreeDisk: defaultMinFreeDisk,
 
 		SlowlogSlowerThan: server.DefaultSlowlogSlowerThan.Microseconds(),
 		SlowlogMaxLen:     server.DefaultSlowlogMaxLen,
@@ -69,6 +73,10 @@ Directives (in the config file as "directive value", or as --directive value):
   maxclients N                  most connected clients (default 10000)
   max-job-size BYTES            largest ADDJOB body; 65536, 64kb, 64mb, 1gb
                                 (default 64mb)
+  min-free-disk BYTES           below this much free disk, ADDJOB gets -NOSPACE
+                                (default 64mb; 0 = off)
+  maxmemory BYTES               above this much resident memory, ADDJOB gets
+                                -OOM (default 0 = off)
   slowlog-log-slower-than US    log commands slower than US microseconds in
                                 SLOWLOG (default 10000; 0 = all; negative = off)
   slowlog-max-len N             SLOWLOG entries kept (default 128)
@@ -77,7 +85,7 @@ Directives (in the config file as "directive value", or as --directive value):
   include PATH                  (config file only) read another config file
 
 At run time CONFIG GET reads these, CONFIG SET changes loglevel, requirepass,
-maxclients, max-job-size and the slowlog ones (the rest need a restart), and
+maxclients, max-job-size, min-free-disk, maxmemory and the slowlog ones (the rest need a restart), and
 CONFIG REWRITE saves them into the config file given at start.
 `
 
@@ -225,6 +233,16 @@ func (c *config) set(name string, vals []string) error {
 			return fmt.Errorf("max-job-size: want a size from 1 byte to 1gb (65536, 64kb, 64mb, 1gb), got %q", v)
 		}
 		c.MaxJobSize = n
+	case "min-free-disk", "maxmemory":
+		n, err := parseBytes(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%s: want a size in bytes (0, 65536, 64mb, 2gb), got %q", name, v)
+		}
+		if name == "maxmemory" {
+			c.MaxMemory = n
+		} else {
+			c.MinFreeDisk = n
+		}
 	case "slowlog-log-slower-than":
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n > math.MaxInt64/1000 {
@@ -252,7 +270,8 @@ func (c *config) set(name string, vals []string) error {
 // CONFIG REWRITE list them.
 var directives = []string{
 	"port", "bind", "dir", "appendonly", "appendfsync", "loglevel", "logfile", "pidfile",
-	"requirepass", "maxclients", "max-job-size", "slowlog-log-slower-than", "slowlog-max-len",
+	"requirepass", "maxclients", "max-job-size", "min-free-disk", "maxmemory",
+	"slowlog-log-slower-than", "slowlog-max-len",
 	"metrics-addr",
 }
 
@@ -290,6 +309,10 @@ func (c *config) value(name string) string {
 		return strconv.Itoa(c.MaxClients)
 	case "max-job-size":
 		return strconv.FormatInt(c.MaxJobSize, 10)
+	case "min-free-disk":
+		return strconv.FormatInt(c.MinFreeDisk, 10)
+	case "maxmemory":
+		return strconv.FormatInt(c.MaxMemory, 10)
 	case "slowlog-log-slower-than":
 		return strconv.FormatInt(c.SlowlogSlowerThan, 10)
 	case "slowlog-max-len":
@@ -299,6 +322,10 @@ func (c *config) value(name string) string {
 	}
 	return ""
 }
+
+// defaultMinFreeDisk keeps the AOF off a full disk: running out fails the
+// store until a restart, refusing new jobs first does not.
+const defaultMinFreeDisk = 64 << 20
 
 // maxJobSizeLimit bounds max-job-size: a job is held in memory whole.
 const maxJobSizeLimit = 1 << 30

@@ -32,6 +32,7 @@ var _ server.Config = (*liveConfig)(nil)
 // runtimeDirectives are those CONFIG SET may change.
 var runtimeDirectives = map[string]bool{
 	"loglevel": true, "requirepass": true, "maxclients": true, "max-job-size": true,
+	"min-free-disk": true, "maxmemory": true,
 	"slowlog-log-slower-than": true, "slowlog-max-len": true,
 }
 
@@ -74,6 +75,8 @@ func (l *liveConfig) apply() {
 	l.srv.SetRequirePass(c.RequirePass)
 	l.srv.SetMaxClients(c.MaxClients)
 	l.srv.SetMaxJobSize(c.MaxJobSize)
+	l.srv.SetMinFreeDisk(c.MinFreeDisk)
+	l.srv.SetMaxMemory(c.MaxMemory)
 	l.srv.SetSlowlog(slowlogThreshold(c.SlowlogSlowerThan), c.SlowlogMaxLen)
 }
 

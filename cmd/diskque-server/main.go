@@ -78,6 +78,8 @@ func run(cfg config) error {
 		RequirePass: cfg.RequirePass,
 		MaxClients:  cfg.MaxClients,
 		MaxJobSize:  cfg.MaxJobSize,
+		MinFreeDisk: cfg.MinFreeDisk,
+		MaxMemory:   cfg.MaxMemory,
 		OnShutdown: func() {
 			select {
 			case shutdown <- struct{}{}:
