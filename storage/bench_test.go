@@ -32,50 +32,55 @@ func benchStore(b *testing.B, policy wal.SyncPolicy) *Store {
 	return s
 }
 
+// benchWorkers runs op b.N times split over workers goroutines sharing the
+// store, as a server's connections do, and reports the rate as unit/s. op
+// gets a new 100-byte queued job to work with.
+func benchWorkers(b *testing.B, s *Store, workers int, unit string, op func(j *Job, body []byte, now int64) error) {
+	node := s.NodeID()
+	body := make([]byte, 100)
+	var clock CtimeClock
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				now := time.Now().UnixMilli()
+				j := &Job{ID: NewJobID(node, 3600, 60), Queue: "bench", State: StateQueued,
+					Ctime: clock.Next(now), Etime: now + 3_600_000, Retry: 60, Repl: 1, QueueTime: now + 60_000}
+				if err := op(j, body, now); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), unit+"/s")
+}
+
 // BenchmarkCycle measures full job lifecycles — add, deliver, ack, delete —
-// on the real filesystem, with several goroutines sharing the store as a
-// server's connections do. One op is one whole cycle (four AOF records).
+// on the real filesystem. One op is one whole cycle (four AOF records).
 func BenchmarkCycle(b *testing.B) {
 	for _, policy := range []wal.SyncPolicy{wal.SyncNever, wal.SyncEverySec, wal.SyncAlways} {
 		for _, workers := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("policy=%s/workers=%d", policy, workers), func(b *testing.B) {
 				s := benchStore(b, policy)
-				node := s.NodeID()
-				body := make([]byte, 100)
-				var clock CtimeClock
-				var next atomic.Int64
-				var wg sync.WaitGroup
-				b.ResetTimer()
-				start := time.Now()
-				for w := 0; w < workers; w++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for next.Add(1) <= int64(b.N) {
-							now := time.Now().UnixMilli()
-							j := &Job{ID: NewJobID(node, 3600, 60), Queue: "bench", State: StateQueued,
-								Ctime: clock.Next(now), Etime: now + 3_600_000, Retry: 60, Repl: 1, QueueTime: now + 60_000}
-							if err := s.Add(j, body); err != nil {
-								b.Error(err)
-								return
-							}
-							if _, err := s.Deliver(j.ID, now+60_000); err != nil {
-								b.Error(err)
-								return
-							}
-							if _, err := s.Ack(j.ID); err != nil {
-								b.Error(err)
-								return
-							}
-							if err := s.Delete(j.ID); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
+				benchWorkers(b, s, workers, "cycles", func(j *Job, body []byte, now int64) error {
+					if err := s.Add(j, body); err != nil {
+						return err
+					}
+					if _, err := s.Deliver(j.ID, now+60_000); err != nil {
+						return err
+					}
+					if _, err := s.Ack(j.ID); err != nil {
+						return err
+					}
+					return s.Delete(j.ID)
+				})
 			})
 		}
 	}
@@ -87,30 +92,9 @@ func BenchmarkAdd(b *testing.B) {
 		for _, workers := range []int{1, 64} {
 			b.Run(fmt.Sprintf("policy=%s/workers=%d", policy, workers), func(b *testing.B) {
 				s := benchStore(b, policy)
-				node := s.NodeID()
-				body := make([]byte, 100)
-				var clock CtimeClock
-				var next atomic.Int64
-				var wg sync.WaitGroup
-				b.ResetTimer()
-				start := time.Now()
-				for w := 0; w < workers; w++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for next.Add(1) <= int64(b.N) {
-							now := time.Now().UnixMilli()
-							j := &Job{ID: NewJobID(node, 3600, 60), Queue: "bench", State: StateQueued,
-								Ctime: clock.Next(now), Etime: now + 3_600_000, Retry: 60, Repl: 1, QueueTime: now + 60_000}
-							if err := s.Add(j, body); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "adds/s")
+				benchWorkers(b, s, workers, "adds", func(j *Job, body []byte, _ int64) error {
+					return s.Add(j, body)
+				})
 			})
 		}
 	}
