@@ -256,7 +256,7 @@ func wrapStore(err error) error {
 	return fmt.Errorf("queue: %w", err)
 }
 
-// durationMillis converts seconds to milliseconds without overflow.
+// secondsToMillis converts seconds to milliseconds without overflow.
 func secondsToMillis(s int64) int64 {
 	const maxSec = int64(time.Duration(1<<62) / time.Millisecond / 1000)
 	return min(s, maxSec) * 1000

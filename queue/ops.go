@@ -45,16 +45,15 @@ func (b *Broker) deleteJobs(ids []string, count func(*Stats, int64)) (int, error
 // (NACK). With delaySec > 0 they wait that long first (NACK … DELAY, beyond
 // Disque). It returns how many jobs were nacked.
 func (b *Broker) Nack(ids []string, delaySec int64) (int, error) {
-	return b.jobBatch(ids, func(batch *storage.Batch, j *storage.Job, now int64) bool {
+	return b.jobBatch(ids, func(batch *storage.Batch, j *storage.Job, now int64) {
 		if j.State != storage.StateActive || j.Delayed() {
-			return false
+			return
 		}
 		awake := int64(0)
 		if delaySec > 0 {
 			awake = now + secondsToMillis(delaySec)
 		}
 		batch.Nack(j.ID, retryTime(now, j.Retry), awake)
-		return true
 	}, func(old, nj *storage.Job, now int64) {
 		if nj.State == storage.StateQueued {
 			b.queuedLocked(nj, now)
@@ -66,15 +65,14 @@ func (b *Broker) Nack(ids []string, delaySec int64) (int, error) {
 // ones before their time. Queues paused for input refuse them. It returns
 // how many jobs were queued.
 func (b *Broker) Enqueue(ids []string) (int, error) {
-	return b.jobBatch(ids, func(batch *storage.Batch, j *storage.Job, now int64) bool {
+	return b.jobBatch(ids, func(batch *storage.Batch, j *storage.Job, now int64) {
 		if j.State == storage.StateQueued || j.State == storage.StateAcked {
-			return false
+			return
 		}
 		if b.st.PauseState(j.Queue)&storage.PauseIn != 0 {
-			return false
+			return
 		}
 		batch.Queue(j.ID, retryTime(now, j.Retry))
-		return true
 	}, func(old, nj *storage.Job, now int64) {
 		b.queuedLocked(nj, now)
 	})
@@ -95,19 +93,18 @@ func (b *Broker) Dequeue(ids []string) (int, error) {
 func (b *Broker) Working(id string) (int64, error) {
 	var retry int64
 	var refused error
-	n, err := b.jobBatch([]string{id}, func(batch *storage.Batch, j *storage.Job, now int64) bool {
+	n, err := b.jobBatch([]string{id}, func(batch *storage.Batch, j *storage.Job, now int64) {
 		if j.Retry == 0 || j.State == storage.StateAcked {
 			refused = ErrNoJob
-			return false
+			return
 		}
 		ttl := j.Etime - j.CtimeMillis()
 		if now-j.CtimeMillis() > ttl/2 {
 			refused = ErrTooLate
-			return false
+			return
 		}
 		batch.Working(j.ID, retryTime(now, j.Retry))
 		retry = int64(j.Retry)
-		return true
 	}, nil)
 	switch {
 	case err != nil:
@@ -121,10 +118,10 @@ func (b *Broker) Working(id string) (int64, error) {
 }
 
 // jobBatch is idBatch for commands that must see each job to decide: plan
-// gets the job (unknown ids are skipped) and returns whether it added an
-// operation for it.
+// gets the job (unknown ids are skipped) and adds an operation for it, or
+// not.
 func (b *Broker) jobBatch(ids []string,
-	plan func(*storage.Batch, *storage.Job, int64) bool,
+	plan func(*storage.Batch, *storage.Job, int64),
 	done func(old, nj *storage.Job, now int64)) (int, error) {
 	return b.idBatch(ids, func(batch *storage.Batch, id string, now int64) error {
 		j, err := b.st.Job(id)

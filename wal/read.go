@@ -120,7 +120,7 @@ func (l *Log) ReadSized(lsn LSN, payloadHint int) (Record, error) {
 	if err := l.readers.readAt(seg.first, buf, off); err != nil {
 		return Record{}, l.corruptAt(seg, lsn, err)
 	}
-	n := int64(buf[0]) | int64(buf[1])<<8 | int64(buf[2])<<16 | int64(buf[3])<<24
+	n := frameLen(buf)
 	if n > MaxPayload || frameHeaderSize+n > left {
 		return Record{}, l.corruptAt(seg, lsn, errors.New("length runs past the segment"))
 	}
@@ -189,7 +189,7 @@ func (l *Log) replaySegment(seg segment, start, stop LSN, fn func(LSN, Record) e
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			return l.corruptAt(seg, lsn, fmt.Errorf("short header: %v", err))
 		}
-		n := int64(hdr[0]) | int64(hdr[1])<<8 | int64(hdr[2])<<16 | int64(hdr[3])<<24
+		n := frameLen(hdr[:])
 		if n > MaxPayload || lsn+LSN(frameHeaderSize+n) > stop {
 			return l.corruptAt(seg, lsn, errors.New("length runs past the segment"))
 		}
@@ -328,7 +328,7 @@ const sectorSize = 512
 func tornSector(file []byte, start int) bool {
 	end := len(file)
 	if start+frameHeaderSize <= len(file) {
-		n := int(uint32(file[start]) | uint32(file[start+1])<<8 | uint32(file[start+2])<<16 | uint32(file[start+3])<<24)
+		n := int(frameLen(file[start:]))
 		if n <= MaxPayload && start+frameHeaderSize+n < end {
 			end = start + frameHeaderSize + n
 		}
@@ -357,7 +357,7 @@ func validFrameFollows(frames []byte, off int) bool {
 	if len(frames)-off < frameHeaderSize {
 		return false
 	}
-	n := int(uint32(frames[off]) | uint32(frames[off+1])<<8 | uint32(frames[off+2])<<16 | uint32(frames[off+3])<<24)
+	n := int(frameLen(frames[off:]))
 	next := off + frameHeaderSize + n
 	if n > MaxPayload || next >= len(frames) {
 		return false

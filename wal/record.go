@@ -53,6 +53,9 @@ func frameSize(payloadLen int) int64 { return frameHeaderSize + int64(payloadLen
 // next record.
 func FrameSize(payloadLen int) LSN { return LSN(frameSize(payloadLen)) }
 
+// frameLen reads the payload length from the start of a frame header.
+func frameLen(hdr []byte) int64 { return int64(binary.LittleEndian.Uint32(hdr[0:4])) }
+
 // appendFrame appends r's frame to dst.
 func appendFrame(dst []byte, r Record) []byte {
 	var hdr [frameHeaderSize]byte
