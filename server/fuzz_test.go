@@ -16,7 +16,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/diskque/diskque/queue"
-	"github.com/diskque/diskque/storage"
 )
 
 // FuzzCommands drives random argument vectors through every command handler
@@ -177,17 +176,7 @@ type fuzzHarness struct {
 }
 
 func newFuzzHarness(f *testing.F) *fuzzHarness {
-	opts := storage.TestingOptions()
-	opts.FS = vfs.NewMem()
-	st, err := storage.Open("data", opts)
-	if err != nil {
-		f.Fatal(err)
-	}
-	b, err := queue.New(queue.Options{Store: st})
-	if err != nil {
-		f.Fatal(err)
-	}
-	go b.Run()
+	b := newBrokerOn(f, vfs.NewMem())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		f.Fatal(err)
@@ -205,8 +194,6 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 		if err := <-done; err != nil {
 			f.Errorf("serve: %v", err)
 		}
-		b.Close()
-		st.Close()
 	})
 	if err := h.dial(); err != nil {
 		f.Fatal(err)

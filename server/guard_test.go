@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/diskque/diskque/queue"
-	"github.com/diskque/diskque/storage"
 )
 
 // TestGuardRefusesNewJobsAndLifts: below min-free-disk ADDJOB gets -NOSPACE
@@ -17,18 +15,7 @@ import (
 func TestGuardRefusesNewJobsAndLifts(t *testing.T) {
 	fs := vfs.NewMem()
 	fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 2 << 30})
-	opts := storage.TestingOptions()
-	opts.FS = fs
-	st, err := storage.Open("data", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := queue.New(queue.Options{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go b.Run()
-	t.Cleanup(func() { b.Close(); st.Close() })
+	b := newBrokerOn(t, fs)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -35,18 +35,25 @@ func startServer(t *testing.T) (*Server, string) {
 
 func newBroker(t *testing.T) *queue.Broker {
 	t.Helper()
+	return newBrokerOn(t, vfs.NewMem())
+}
+
+// newBrokerOn runs a broker over a store on fs; both close at cleanup (after
+// anything registered later, such as a server over them).
+func newBrokerOn(tb testing.TB, fs vfs.FS) *queue.Broker {
+	tb.Helper()
 	opts := storage.TestingOptions()
-	opts.FS = vfs.NewMem()
+	opts.FS = fs
 	st, err := storage.Open("data", opts)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	b, err := queue.New(queue.Options{Store: st})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	go b.Run()
-	t.Cleanup(func() { b.Close(); st.Close() })
+	tb.Cleanup(func() { b.Close(); st.Close() })
 	return b
 }
 
