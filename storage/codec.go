@@ -23,6 +23,11 @@ const (
 	recPause   wal.RecordType = 9  // queue, pause state
 	recDequeue wal.RecordType = 10 // id: queued → active
 	recNode    wal.RecordType = 11 // node id, written once when a store is created
+	// recMove: id, source lsn, flags, body size, stored body. The
+	// collector copies a live body forward out of a segment it is
+	// emptying; the job's body location becomes this record. It applies
+	// only if the job's body is still at the source LSN.
+	recMove wal.RecordType = 12
 )
 
 // ErrBadRecord is returned when an AOF record's payload does not decode.
@@ -49,6 +54,9 @@ type op struct {
 	pause PauseState
 	// node
 	node string
+	// move: where the body was; bodySize is its uncompressed length.
+	src      wal.LSN
+	bodySize uint32
 }
 
 const flagCompressed = 1
@@ -79,6 +87,16 @@ func encodeOp(dst []byte, o *op) []byte {
 		return append(dst, o.queue...)
 	case recNode:
 		return append(dst, o.node...)
+	case recMove:
+		dst = append(dst, o.id...)
+		dst = binary.AppendUvarint(dst, uint64(o.src))
+		flags := byte(0)
+		if o.compressed {
+			flags |= flagCompressed
+		}
+		dst = append(dst, flags)
+		dst = binary.AppendUvarint(dst, uint64(o.bodySize))
+		return append(dst, o.body...)
 	}
 	panic(fmt.Sprintf("storage: encode of unknown record type %d", o.typ))
 }
@@ -97,7 +115,7 @@ func decodeOp(typ wal.RecordType, payload []byte) (*op, error) {
 			d.fail("unknown flags")
 		}
 		o.job, o.compressed = j, flags&flagCompressed != 0
-		o.id = j.ID
+		o.id, o.bodySize = j.ID, j.BodySize
 		o.body = append([]byte(nil), d.rest()...)
 		j.StoredSize = uint32(len(o.body))
 		if d.err == nil && j.BodySize > wal.MaxPayload {
@@ -123,6 +141,22 @@ func decodeOp(typ wal.RecordType, payload []byte) (*op, error) {
 		}
 	case recNode:
 		o.node = string(d.rest())
+	case recMove:
+		o.id = d.id()
+		o.src = wal.LSN(d.uvarint())
+		flags := d.byte()
+		o.bodySize = d.u32()
+		o.compressed = flags&flagCompressed != 0
+		o.body = append([]byte(nil), d.rest()...)
+		switch {
+		case d.err != nil:
+		case flags&^flagCompressed != 0:
+			d.fail("unknown flags")
+		case o.bodySize > wal.MaxPayload:
+			d.fail("body size out of range")
+		case !o.compressed && len(o.body) != int(o.bodySize):
+			d.fail("body length mismatch")
+		}
 	default:
 		return nil, fmt.Errorf("%w: unknown type %d", ErrBadRecord, typ)
 	}

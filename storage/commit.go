@@ -258,7 +258,7 @@ func (s *Store) write(b *pebble.Batch, o *op, old, nj *Job, lsn wal.LSN) error {
 		s.paused[o.queue] = o.pause
 		return b.Set(pauseKey(o.queue), []byte{byte(o.pause)}, nil)
 	}
-	if o.typ == recAdd {
+	if o.typ == recAdd || (o.typ == recMove && nj != nil) {
 		nj.BodyLSN = lsn
 	}
 	if old == nil && nj == nil {

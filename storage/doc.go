@@ -21,8 +21,17 @@
 // ADD record that carries the body. Bodies of at least CompressThreshold
 // bytes are s2-compressed when that saves space.
 //
-// Checkpoint flushes the index and removes the front AOF segments that end
-// before the flushed applied LSN and carry no live body. A background loop
+// Checkpoint flushes the index and removes every sealed AOF segment that
+// ends before the flushed applied LSN and carries no live body — wherever it
+// is in the log, so a job delayed for a month does not pin the churn written
+// after it. The AOF then has gaps; Open tells the wal that gaps below the
+// index's applied LSN are expected (wal.Options.GapsBefore) and checks that
+// every segment the index says holds live bodies is present. Discard
+// accounting (g/ keys: live bodies and bytes per segment, updated in the
+// same batch as every add, ack, delete, expiry and move) says which segments
+// are dead. RewriteSegment copies a sparse segment's live bodies forward as
+// MOVE records, so a checkpoint can remove it (see segments.go; package gc
+// decides when). A background loop
 // checkpoints every CheckpointInterval and after CheckpointBytes of AOF, so a
 // restart replays a short tail whatever the number of jobs. Close
 // checkpoints, so a clean restart replays nothing.

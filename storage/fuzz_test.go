@@ -51,6 +51,8 @@ func fuzzSeedOps() []*op {
 		{typ: recPause, queue: "", pause: PauseNone},
 		{typ: recNode, node: NewNodeID()},
 		{typ: recNode},
+		{typ: recMove, id: fuzzJobID, src: 1 << 40, body: []byte("hello"), bodySize: 5},
+		{typ: recMove, id: fuzzJobID, src: 0, body: stored, compressed: compressed, bodySize: uint32(len(big))},
 	}
 }
 
@@ -213,6 +215,7 @@ func TestCodecSeedsRoundTrip(t *testing.T) {
 			j := *o.job
 			j.BodyLSN, j.StoredSize = 0, uint32(len(o.body))
 			want.job = &j
+			want.bodySize = j.BodySize
 		}
 		if !reflect.DeepEqual(got, &want) {
 			t.Fatalf("type %d: decoded\n%+v\nwant\n%+v", o.typ, got, &want)

@@ -303,8 +303,11 @@ func (m *jobModel) sortedIDs() []string { return m.ids }
 // modelStep is one record of the AOF and what it did to the model.
 type modelStep struct {
 	start, end wal.LSN
-	op         *mop // nil: a record that changes no job (the node id)
+	op         *mop // nil: records that change no job (the node id, MOVEs)
 	job        *Job // the job after op, as the store returned it
+	// records: the step is several records (a segment rewrite's MOVEs), so
+	// a crash may keep any record boundary inside it.
+	records bool
 }
 
 // modelHistory is a model and the steps that built it from a base state, so
@@ -341,6 +344,7 @@ func (h *modelHistory) at(lsn wal.LSN) (m *jobModel, n int, exact bool) {
 	exact = lsn == h.from
 	for _, st := range h.steps {
 		if st.end > lsn {
+			exact = exact || (st.records && st.op == nil && st.start < lsn)
 			break
 		}
 		if st.op != nil {
@@ -500,7 +504,11 @@ func checkStore(t testing.TB, s *Store, m *jobModel, queues []string) {
 				continue
 			}
 			n++
-			if !reflect.DeepEqual(*j, w.job) {
+			// Where the body is stored is the store's business (the
+			// collector moves it); what it holds is checked below.
+			got, want := *j, w.job
+			got.BodyLSN, want.BodyLSN = 0, 0
+			if !reflect.DeepEqual(got, want) {
 				t.Errorf("job %s:\n got %+v\nwant %+v", j.ID, *j, w.job)
 			}
 			if b, err := s.Body(j); err != nil || !bytes.Equal(b, w.body) {

@@ -46,7 +46,7 @@ func (s *Store) Body(j *Job) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage: body of %s: %w", j.ID, err)
 	}
-	if r.Type != recAdd {
+	if r.Type != recAdd && r.Type != recMove {
 		return nil, fmt.Errorf("storage: body of %s: lsn %d holds a type %d record", j.ID, j.BodyLSN, r.Type)
 	}
 	o, err := decodeOp(r.Type, r.Payload)
@@ -56,7 +56,7 @@ func (s *Store) Body(j *Job) ([]byte, error) {
 	if o.id != j.ID {
 		return nil, fmt.Errorf("storage: body of %s: lsn %d holds job %s", j.ID, j.BodyLSN, o.id)
 	}
-	return decompressBody(o.body, o.compressed, o.job.BodySize)
+	return decompressBody(o.body, o.compressed, o.bodySize)
 }
 
 // QueuePos is a position in a queue's order: ctime, then id.
@@ -217,15 +217,8 @@ type Stats struct {
 	Queues   int   // queues with queued jobs
 	Queued   int64 // queued jobs, all queues
 	Applied  wal.LSN
-	Segments []SegmentStats
-}
-
-// SegmentStats describes one AOF segment.
-type SegmentStats struct {
-	Name       string
-	Size       int64
-	LiveBodies int64
-	LiveBytes  int64
+	Segments []SegmentStat // the AOF's segments, oldest first
+	Collect  CollectStats
 }
 
 // Stats returns the store's counters.
@@ -233,13 +226,22 @@ func (s *Store) Stats() Stats {
 	segs := s.log.Segments()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Jobs: s.jobs, Queues: len(s.queued), Applied: s.applied}
+	st := Stats{Jobs: s.jobs, Queues: len(s.queued), Applied: s.applied, Collect: s.collected}
 	for _, n := range s.queued {
 		st.Queued += n
 	}
-	for _, seg := range segs {
+	st.Segments = make([]SegmentStat, len(segs))
+	for i, seg := range segs {
 		l := s.segments[seg.First]
-		st.Segments = append(st.Segments, SegmentStats{Name: seg.Name, Size: seg.Size, LiveBodies: l.bodies, LiveBytes: l.bytes})
+		st.Segments[i] = SegmentStat{
+			First:        seg.First,
+			Name:         seg.Name,
+			Size:         seg.Size,
+			LiveBodies:   l.bodies,
+			LiveBytes:    l.bytes,
+			Active:       i == len(segs)-1,
+			Checkpointed: i < len(segs)-1 && seg.First+wal.LSN(seg.Size) <= s.durableApplied,
+		}
 	}
 	return st
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -49,12 +50,21 @@ type Store struct {
 	nodeID        string
 	cache         *jobCache // recently written jobs, see cache.go
 
-	ckptMu       sync.Mutex // one checkpoint at a time
-	lastCkptEnd  wal.LSN    // AOF end at the last checkpoint
-	ckptKick     chan struct{}
-	ckptStop     chan struct{}
-	ckptDone     chan struct{}
-	recoveryInfo RecoveryInfo
+	// logRef is log for Pebble's flush hook, which may run on Pebble's
+	// goroutines.
+	logRef atomic.Pointer[wal.Log]
+
+	ckptMu      sync.Mutex // one checkpoint at a time
+	lastCkptEnd wal.LSN    // AOF end at the last checkpoint
+	// durableApplied is the applied LSN of the index on disk: the last
+	// checkpoint's (or what Open found). Segments ending at or before it
+	// are never replayed again. Guarded by mu.
+	durableApplied wal.LSN
+	collected      CollectStats // guarded by mu
+	ckptKick       chan struct{}
+	ckptStop       chan struct{}
+	ckptDone       chan struct{}
+	recoveryInfo   RecoveryInfo
 }
 
 // segmentLive counts the bodies of one AOF segment still referenced by jobs.
@@ -121,10 +131,8 @@ func (s *Store) open() error {
 	fs := s.opts.FS
 	start := time.Now()
 	var err error
-	s.log, err = wal.Open(fs.PathJoin(s.dir, walDir), s.opts.walOptions())
-	if err != nil {
-		return err
-	}
+	// The index opens first: its applied LSN tells the AOF which gaps are
+	// segments the collector removed (below it) and which would be loss.
 	s.fence = &fenceFS{FS: fs}
 	popts := &pebble.Options{
 		FS:           s.fence,
@@ -135,8 +143,11 @@ func (s *Store) open() error {
 			// Pebble persists a memtable only after this returns: make every
 			// record the memtable holds durable in the AOF first.
 			FlushBegin: func(pebble.FlushInfo) {
-				if err := s.log.Sync(); err != nil {
-					s.fence.fence(err)
+				// Before the AOF is open the index holds nothing from it.
+				if l := s.logRef.Load(); l != nil {
+					if err := l.Sync(); err != nil {
+						s.fence.fence(err)
+					}
 				}
 			},
 		},
@@ -152,6 +163,16 @@ func (s *Store) open() error {
 		return fmt.Errorf("storage: open index: %w", err)
 	}
 	if err := s.loadMeta(); err != nil {
+		return err
+	}
+	s.durableApplied = s.applied
+	wopts := s.opts.walOptions()
+	wopts.GapsBefore = s.applied
+	if s.log, err = wal.Open(fs.PathJoin(s.dir, walDir), wopts); err != nil {
+		return err
+	}
+	s.logRef.Store(s.log)
+	if err := s.checkLiveSegments(); err != nil {
 		return err
 	}
 	if err := s.replay(); err != nil {
@@ -417,26 +438,53 @@ func (s *Store) Checkpoint() error {
 	}
 	s.mu.Lock()
 	s.lastCkptEnd = applied
+	s.durableApplied = applied
 	s.mu.Unlock()
-	return s.truncateLog(applied, live)
+	return s.removeDeadSegments(applied, live)
 }
 
-// truncateLog removes the front segments that end at or before the durable
-// checkpoint and held no live body at it.
-func (s *Store) truncateLog(checkpoint wal.LSN, live map[wal.LSN]segmentLive) error {
+// removeDeadSegments removes every sealed segment that ends at or before the
+// durable checkpoint and held no live body at it, wherever it is in the log:
+// nothing will replay it (the index has applied it) and nothing will read it
+// (no job's body is there). A long-delayed job at the front of the log
+// therefore does not pin the churn behind it.
+func (s *Store) removeDeadSegments(checkpoint wal.LSN, live map[wal.LSN]segmentLive) error {
 	segs := s.log.Segments()
-	cut := wal.LSN(0)
+	var dead []wal.LSN
+	var bytes int64
 	for _, seg := range segs[:len(segs)-1] {
-		end := seg.First + wal.LSN(seg.Size)
-		if end > checkpoint || live[seg.First].bodies > 0 {
-			break
+		if seg.First+wal.LSN(seg.Size) <= checkpoint && live[seg.First].bodies == 0 {
+			dead = append(dead, seg.First)
+			bytes += seg.Size
 		}
-		cut = end
 	}
-	if cut == 0 {
+	if len(dead) == 0 {
 		return nil
 	}
-	return s.log.TruncateFront(cut)
+	if err := s.log.RemoveSegments(dead); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.collected.SegmentsRemoved += int64(len(dead))
+	s.collected.BytesReclaimed += bytes
+	s.mu.Unlock()
+	return nil
+}
+
+// checkLiveSegments verifies at Open that every segment the index says
+// holds live bodies is in the AOF: a missing one is lost data, not a gap
+// the collector left.
+func (s *Store) checkLiveSegments() error {
+	held := map[wal.LSN]bool{}
+	for _, seg := range s.log.Segments() {
+		held[seg.First] = true
+	}
+	for first, l := range s.segments {
+		if !held[first] {
+			return fmt.Errorf("storage: aof segment %016x.wal is missing but holds %d live job bodies", uint64(first), l.bodies)
+		}
+	}
+	return nil
 }
 
 func (s *Store) checkpointLoop() {

@@ -28,6 +28,16 @@ func transition(cur *Job, o *op) (*Job, error) {
 	if o.typ == recDel {
 		return nil, nil
 	}
+	if o.typ == recMove {
+		// The collector copied the body forward; only its location
+		// changes (write sets it), whatever the job's state. A body that
+		// moved or was replaced since the collector read it stays put.
+		if cur.BodyLSN != o.src {
+			return nil, fmt.Errorf("%w: %s's body is no longer at lsn %d", ErrWrongState, cur.ID, o.src)
+		}
+		j := *cur
+		return &j, nil
+	}
 	if cur.State == StateAcked {
 		return nil, fmt.Errorf("%w: %s is acked", ErrWrongState, cur.ID)
 	}

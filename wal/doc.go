@@ -43,7 +43,10 @@
 //
 // # Recovery
 //
-// Open verifies that segments are contiguous and reads the last segment to its
+// Open verifies that segments are contiguous — except for gaps that end at or
+// before Options.GapsBefore: segments the owner removed with RemoveSegments
+// because nothing in them is needed (storage removes a segment whose bodies
+// are all dead once its checkpoint has passed it) — and reads the last segment to its
 // end. A short, torn or bad-CRC record at the tail of the last segment ends the
 // log: the segment is truncated there and its original is kept beside it as
 // NAME.broken. A bad record that is followed by a valid one is not a torn

@@ -100,7 +100,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		l.active = f
 		segs = []segment{{first: 0}}
 	} else {
-		if err := checkContiguous(segs); err != nil {
+		if err := checkContiguous(segs, opts.GapsBefore); err != nil {
 			return nil, err
 		}
 		last := &segs[len(segs)-1]
@@ -140,12 +140,17 @@ func Open(dir string, opts Options) (*Log, error) {
 }
 
 // checkContiguous verifies that every segment but the last ends where the next
-// begins. A gap means a lost or truncated segment in the middle of the log.
-func checkContiguous(segs []segment) error {
+// begins, except for gaps that end at or before gapsBefore (segments the
+// owner removed on purpose, see RemoveSegments). Any other gap means a lost
+// or truncated segment in the middle of the log.
+func checkContiguous(segs []segment, gapsBefore LSN) error {
 	for i := 0; i+1 < len(segs); i++ {
 		s, next := segs[i], segs[i+1]
 		if s.size < 0 {
 			return fmt.Errorf("%w: segment %s is shorter than its header", ErrCorrupt, segmentName(s.first))
+		}
+		if s.end() < next.first && next.first <= gapsBefore {
+			continue
 		}
 		if s.end() != next.first {
 			return fmt.Errorf("%w: segment %s ends at lsn %d but %s begins at %d",

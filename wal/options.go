@@ -68,6 +68,13 @@ type Options struct {
 	MaxPending int
 	// Logger receives recovery and repair messages. Default slog.Default().
 	Logger *slog.Logger
+	// GapsBefore lets Open accept missing segments (gaps in the log) that
+	// end at or before this LSN. The owner of the log sets it to the point
+	// up to which it has consumed the log for good (storage: the index's
+	// applied LSN) after removing segments it no longer needs with
+	// RemoveSegments. Every record at or after it must be present. Default
+	// 0: the log must be contiguous.
+	GapsBefore LSN
 }
 
 // DefaultOptions returns the options a server uses.

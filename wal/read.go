@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 
@@ -94,6 +95,10 @@ func (l *Log) locate(lsn LSN) (segment, error) {
 	if i < 0 {
 		return segment{}, fmt.Errorf("%w: %d is below the first segment %s", ErrNotFound, lsn, segmentName(l.segs[0].first))
 	}
+	if i+1 < len(l.segs) && lsn >= l.segs[i].end() {
+		return segment{}, fmt.Errorf("%w: %d is in a removed segment (between %s and %s)",
+			ErrNotFound, lsn, segmentName(l.segs[i].first), segmentName(l.segs[i+1].first))
+	}
 	return l.segs[i], nil
 }
 
@@ -159,10 +164,16 @@ func (l *Log) Replay(from LSN, fn func(lsn LSN, r Record) error) error {
 	if from > end {
 		return fmt.Errorf("%w: replay from %d, but the log ends at %d", ErrNotFound, from, end)
 	}
+	next := from // every record from here on must be present
 	for _, seg := range segs {
 		if seg.end() <= from || seg.first >= end {
 			continue
 		}
+		if seg.first > next {
+			return fmt.Errorf("%w: replay from %d, but lsns %d to %d are in removed segments",
+				ErrNotFound, from, next, seg.first)
+		}
+		next = seg.end()
 		start := max(from, seg.first)
 		stop := min(seg.end(), end)
 		if err := l.replaySegment(seg, start, stop, fn); err != nil {
@@ -213,9 +224,89 @@ func (l *Log) replaySegment(seg segment, start, stop LSN, fn func(LSN, Record) e
 	return nil
 }
 
-// Verify reads every record of the log and checks its checksum.
+// Verify reads every record of every segment held and checks its checksum.
+// Gaps left by RemoveSegments are not damage.
 func (l *Log) Verify() error {
-	return l.Replay(l.First(), func(LSN, Record) error { return nil })
+	l.mu.Lock()
+	segs := append([]segment(nil), l.segs...)
+	end := l.written
+	l.mu.Unlock()
+	for _, seg := range segs {
+		if err := l.replaySegment(seg, seg.first, min(seg.end(), end), func(LSN, Record) error { return nil }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ScanSegment calls fn for every record of the sealed segment whose first
+// LSN is first, in order; the payload is valid only during the call. It is
+// how a collector finds the records a segment holds without a replay of the
+// whole log. The active segment cannot be scanned: it is still growing.
+func (l *Log) ScanSegment(first LSN, fn func(lsn LSN, r Record) error) error {
+	l.mu.Lock()
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first >= first })
+	if i == len(l.segs) || l.segs[i].first != first {
+		l.mu.Unlock()
+		return fmt.Errorf("%w: no segment %s", ErrNotFound, segmentName(first))
+	}
+	if i == len(l.segs)-1 {
+		l.mu.Unlock()
+		return fmt.Errorf("wal: segment %s is the active segment", segmentName(first))
+	}
+	seg := l.segs[i]
+	l.mu.Unlock()
+	return l.replaySegment(seg, seg.first, seg.end(), fn)
+}
+
+// RemoveSegments removes the listed sealed segments, wherever they are in
+// the log, leaving gaps. The caller guarantees that nothing in them is needed
+// any more: no record in them will be read, and every one of them ends at or
+// before the GapsBefore it will pass to the next Open (storage removes only
+// segments with no live body that end before its durable checkpoint). The
+// active segment is never removed; firsts that name no segment are ignored.
+func (l *Log) RemoveSegments(firsts []LSN) error {
+	l.mu.Lock()
+	if err := l.errLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	var drop []segment
+	keep := l.segs[:0:0]
+	for i, seg := range l.segs {
+		if i < len(l.segs)-1 && slices.Contains(firsts, seg.first) {
+			drop = append(drop, seg)
+			continue
+		}
+		keep = append(keep, seg)
+	}
+	if len(drop) == 0 {
+		l.mu.Unlock()
+		return nil
+	}
+	l.segs = keep
+	// starts also holds segments queued for creation: filter, don't rebuild.
+	l.starts = slices.DeleteFunc(slices.Clone(l.starts), func(first LSN) bool {
+		return slices.ContainsFunc(drop, func(s segment) bool { return s.first == first })
+	})
+	l.mu.Unlock()
+	return l.removeFiles(drop)
+}
+
+func (l *Log) removeFiles(drop []segment) error {
+	fs := l.opts.FS
+	for _, s := range drop {
+		if err := l.readers.drop(s.first); err != nil {
+			return fmt.Errorf("wal: close segment %s: %w", segmentName(s.first), err)
+		}
+		if err := fs.Remove(fs.PathJoin(l.dir, segmentName(s.first))); err != nil {
+			return fmt.Errorf("wal: remove segment %s: %w", segmentName(s.first), err)
+		}
+	}
+	if err := durable.SyncDir(fs, l.dir); err != nil {
+		return fmt.Errorf("wal: sync %s: %w", l.dir, err)
+	}
+	return nil
 }
 
 // TruncateFront removes every whole segment that ends at or before lsn. The
@@ -238,19 +329,7 @@ func (l *Log) TruncateFront(lsn LSN) error {
 	if n == 0 {
 		return nil
 	}
-	fs := l.opts.FS
-	for _, s := range drop {
-		if err := l.readers.drop(s.first); err != nil {
-			return fmt.Errorf("wal: close segment %s: %w", segmentName(s.first), err)
-		}
-		if err := fs.Remove(fs.PathJoin(l.dir, segmentName(s.first))); err != nil {
-			return fmt.Errorf("wal: remove segment %s: %w", segmentName(s.first), err)
-		}
-	}
-	if err := durable.SyncDir(fs, l.dir); err != nil {
-		return fmt.Errorf("wal: sync %s: %w", l.dir, err)
-	}
-	return nil
+	return l.removeFiles(drop)
 }
 
 // repairTail reads the last segment to its end and returns the size of its

@@ -1,0 +1,178 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/diskque/diskque/wal"
+)
+
+// The mechanisms of segment collection. Policy — which segment, when — is
+// package gc's; storage offers what must be atomic with the index:
+//
+//   - Stats().Segments: each segment's size and the bodies in it still
+//     referenced by jobs (discard accounting: every ack, delete or expiry
+//     subtracts its body from its segment's live count, in the same batch).
+//   - RewriteSegment: copy a segment's live bodies forward, one MOVE record
+//     per job, each applied only if the job's body is still where it was
+//     read, so a body acked meanwhile is never resurrected.
+//   - Checkpoint: removes every sealed segment with no live body that ends
+//     at or before the checkpoint it has just made durable, wherever the
+//     segment is in the log (see removeDeadSegments).
+//
+// A crash anywhere in a rewrite is safe. MOVE records are ordinary AOF
+// records, replayed like any other; until a checkpoint passes them the
+// source segment is still live in the durable index and is kept, and after
+// it the index points at the copies.
+
+// SegmentStat describes one AOF segment.
+type SegmentStat struct {
+	First wal.LSN
+	Name  string // the file name
+	// Size is the bytes of records in it.
+	Size int64
+	// LiveBodies and LiveBytes count the job bodies in it that jobs still
+	// reference, and their stored (possibly compressed) bytes.
+	LiveBodies, LiveBytes int64
+	// Active: the segment being appended to. It cannot be rewritten.
+	Active bool
+	// Checkpointed: it ends at or before the durable checkpoint, so once it
+	// holds no live body the next checkpoint removes it.
+	Checkpointed bool
+}
+
+// LiveRatio is the share of the segment's bytes that are live bodies.
+func (s SegmentStat) LiveRatio() float64 {
+	if s.Size <= 0 {
+		return 0
+	}
+	return float64(s.LiveBytes) / float64(s.Size)
+}
+
+// CollectStats counts what segment collection has done since Open.
+type CollectStats struct {
+	// SegmentsRemoved and BytesReclaimed count dead segments removed by
+	// checkpoints, and their sizes.
+	SegmentsRemoved, BytesReclaimed int64
+	// SegmentsRewritten counts RewriteSegment calls that completed;
+	// BodiesMoved and BytesMoved the live bodies they copied forward.
+	SegmentsRewritten, BodiesMoved, BytesMoved int64
+}
+
+// RewriteResult tells what one RewriteSegment did.
+type RewriteResult struct {
+	// Moved and MovedBytes count the bodies copied forward and their
+	// stored bytes; Skipped counts bodies found dead (their job acked,
+	// deleted or expired) while the segment was read.
+	Moved, MovedBytes, Skipped int64
+}
+
+// rewriteBatchBytes bounds the bodies one rewrite batch moves, so the commit
+// lock is held briefly and the AOF's group commit interleaves client writes.
+const (
+	rewriteBatchBytes = 1 << 20
+	rewriteBatchJobs  = 128
+)
+
+// RewriteSegment copies the live bodies of the sealed segment that starts at
+// first to the end of the AOF, one MOVE record per job, in small batches
+// committed like any operation (under the fsync policy). When it returns
+// nil no job references a body in that segment any more (new bodies only
+// ever go to the end of the log), and the next Checkpoint, which makes the
+// moves durable in the index, removes it. Callers run one rewrite at a time
+// (package gc's Collector).
+func (s *Store) RewriteSegment(first wal.LSN) (RewriteResult, error) {
+	var res RewriteResult
+	var ops []*op
+	var batchBytes int
+	flush := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		out := make([]Result, len(ops))
+		p := s.apply(ops, out)
+		if err := p.Wait(); err != nil {
+			return err
+		}
+		for i, r := range out {
+			switch {
+			case r.Err == nil:
+				res.Moved++
+				res.MovedBytes += int64(len(ops[i].body))
+			case errors.Is(r.Err, ErrNotFound) || errors.Is(r.Err, ErrWrongState):
+				res.Skipped++ // died between the check below and the commit
+			default:
+				return r.Err
+			}
+		}
+		clear(ops)
+		ops, batchBytes = ops[:0], 0
+		if testHookRewriteBatch != nil {
+			testHookRewriteBatch()
+		}
+		return nil
+	}
+	err := s.log.ScanSegment(first, func(lsn wal.LSN, r wal.Record) error {
+		if r.Type != recAdd && r.Type != recMove {
+			return nil
+		}
+		id, err := bodyRecordID(r)
+		if err != nil {
+			return fmt.Errorf("storage: rewrite: record at lsn %d: %w", lsn, err)
+		}
+		// Check liveness before copying the body: most bodies of a segment
+		// worth rewriting are dead. The commit checks again under the lock.
+		j, err := s.Job(id)
+		if errors.Is(err, ErrNotFound) {
+			res.Skipped++
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if j.BodyLSN != lsn {
+			res.Skipped++
+			return nil
+		}
+		o, err := decodeOp(r.Type, r.Payload)
+		if err != nil {
+			return fmt.Errorf("storage: rewrite: record at lsn %d: %w", lsn, err)
+		}
+		ops = append(ops, &op{typ: recMove, id: id, src: lsn, body: o.body,
+			compressed: o.compressed, bodySize: o.bodySize})
+		batchBytes += len(o.body)
+		if batchBytes >= rewriteBatchBytes || len(ops) >= rewriteBatchJobs {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err != nil {
+		return res, err
+	}
+	s.mu.Lock()
+	s.collected.SegmentsRewritten++
+	s.collected.BodiesMoved += res.Moved
+	s.collected.BytesMoved += res.MovedBytes
+	s.mu.Unlock()
+	return res, nil
+}
+
+// testHookRewriteBatch, when set by a test, runs after each committed batch
+// of moves: the crash tests clone the filesystem there.
+var testHookRewriteBatch func()
+
+// bodyRecordID returns the job id of an ADD or MOVE record without decoding
+// (and copying) its body.
+func bodyRecordID(r wal.Record) (string, error) {
+	off := 0
+	if r.Type == recAdd {
+		off = 1 // the job encoding's version byte
+	}
+	if len(r.Payload) < off+JobIDLen {
+		return "", ErrBadRecord
+	}
+	return string(r.Payload[off : off+JobIDLen]), nil
+}
