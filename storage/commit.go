@@ -303,6 +303,7 @@ func (s *Store) putJob(b *pebble.Batch, old, nj *Job) error {
 	if wasQueued && (!isQueued || old.Queue != nj.Queue || old.Ctime != nj.Ctime) {
 		s.kbuf = appendQueueKey(s.kbuf[:0], old.Queue, old.Ctime, old.ID)
 		del(s.kbuf)
+		s.collected.OrderDeletes++
 		s.addQueued(old.Queue, -1)
 	}
 	if isQueued && (!wasQueued || old.Queue != nj.Queue || old.Ctime != nj.Ctime) {
@@ -317,6 +318,7 @@ func (s *Store) putJob(b *pebble.Batch, old, nj *Job) error {
 		if !containsEvent(newEv[:nn], e) {
 			s.kbuf = appendScheduleKey(s.kbuf[:0], e.Due, e.Kind, e.ID)
 			del(s.kbuf)
+			s.collected.OrderDeletes++
 		}
 	}
 	for _, e := range newEv[:nn] {

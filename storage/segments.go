@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -57,6 +58,10 @@ type CollectStats struct {
 	// SegmentsRewritten counts RewriteSegment calls that completed;
 	// BodiesMoved and BytesMoved the live bodies they copied forward.
 	SegmentsRewritten, BodiesMoved, BytesMoved int64
+	// OrderDeletes counts deletes of queue-order and schedule keys: the
+	// tombstones every queue refill and timer load scans over until a
+	// compaction drops them. IndexCompactions counts CompactOrderIndex runs.
+	OrderDeletes, IndexCompactions int64
 }
 
 // RewriteResult tells what one RewriteSegment did.
@@ -175,4 +180,21 @@ func bodyRecordID(r wal.Record) (string, error) {
 		return "", ErrBadRecord
 	}
 	return string(r.Payload[off : off+JobIDLen]), nil
+}
+
+// CompactOrderIndex compacts the index's queue-order and schedule keys (q/
+// and s/) into its bottom level, dropping their tombstones. A queue is read
+// from its oldest entry and the schedule from its earliest event, exactly
+// where consumed and fired entries leave their tombstones: until they are
+// compacted away, every refill and timer load steps over them. Job keys are
+// left to Pebble's own heuristics: they are read by point lookups, which
+// tombstones barely slow down.
+func (s *Store) CompactOrderIndex(ctx context.Context) error {
+	if err := s.db.Compact(ctx, []byte{prefixQueue}, []byte{prefixSchedule + 1}, false); err != nil {
+		return fmt.Errorf("storage: compact the order index: %w", err)
+	}
+	s.mu.Lock()
+	s.collected.IndexCompactions++
+	s.mu.Unlock()
+	return nil
 }

@@ -1,0 +1,266 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/diskque/diskque/storage"
+)
+
+// Options configure a Collector. The zero value of a field means its default.
+type Options struct {
+	// Interval is how often the background loop looks for work. A look
+	// that finds nothing to rewrite costs one pass over the segment list.
+	// Default 10s; negative disables the loop (Collect still works).
+	Interval time.Duration
+	// MinLiveRatio: background collections rewrite sealed segments whose
+	// live bodies are less than this share of their bytes. Default 0.5.
+	MinLiveRatio float64
+	// MaxMoveBytes bounds the live bytes one background collection copies.
+	// Default 256 MiB.
+	MaxMoveBytes int64
+	// CompactAfterDeletes: once this many queue-order and schedule keys
+	// were deleted since the last compaction, a collection compacts that
+	// part of the index. Default 1,000,000; negative disables it.
+	CompactAfterDeletes int64
+	// Logger receives a line per collection that did something. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// EnsureDefaults fills in every zero field with its default.
+func (o *Options) EnsureDefaults() {
+	if o.Interval == 0 {
+		o.Interval = 10 * time.Second
+	}
+	if o.MinLiveRatio == 0 {
+		o.MinLiveRatio = 0.5
+	}
+	if o.MaxMoveBytes == 0 {
+		o.MaxMoveBytes = 256 << 20
+	}
+	if o.CompactAfterDeletes == 0 {
+		o.CompactAfterDeletes = 1_000_000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports every invalid field.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.MinLiveRatio < 0 || o.MinLiveRatio > 1 {
+		errs = append(errs, fmt.Errorf("gc: MinLiveRatio %v outside [0, 1]", o.MinLiveRatio))
+	}
+	return errors.Join(errs...)
+}
+
+// Report tells what one collection did.
+type Report struct {
+	Full bool
+	// Rewritten segments, and the bodies and bytes their rewrite copied.
+	Rewritten              int
+	BodiesMoved, BytesMoved int64
+	// Removed segments and their bytes: dead ones and rewritten ones, by
+	// the collection's checkpoints.
+	Removed        int64
+	BytesReclaimed int64
+	// Compacted: the order index was compacted.
+	Compacted bool
+	Duration  time.Duration
+}
+
+// Stats are the Collector's counters since it was made.
+type Stats struct {
+	Collections     int64 // collections run (background and on demand)
+	FullCollections int64
+	Running         bool // a collection is running now
+	Last            Report
+	LastErr         error
+}
+
+// ErrBusy is returned by Start when a collection is already running.
+var ErrBusy = errors.New("gc: a collection is already running")
+
+// Collector runs collections of one store, one at a time.
+type Collector struct {
+	st   *storage.Store
+	opts Options
+
+	run sync.Mutex // held for the whole of a collection: single flight
+
+	mu    sync.Mutex // guards stats and lastCompactDeletes
+	stats Stats
+	// lastCompactDeletes is the store's OrderDeletes at the last compaction.
+	lastCompactDeletes int64
+
+	stop chan struct{}
+	done chan struct{}
+	wg   sync.WaitGroup // collections started by Start
+}
+
+// New returns a Collector for st and starts its background loop (unless
+// Options.Interval is negative). Close stops it.
+func New(st *storage.Store, opts Options) (*Collector, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Collector{st: st, opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
+	if opts.Interval > 0 {
+		go c.loop()
+	} else {
+		close(c.done)
+	}
+	return c, nil
+}
+
+func (c *Collector) loop() {
+	defer close(c.done)
+	t := time.NewTicker(c.opts.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		if !c.run.TryLock() {
+			continue // an on-demand collection is running
+		}
+		_, err := c.collectLocked(false)
+		c.run.Unlock()
+		if err != nil && !errors.Is(err, storage.ErrClosed) {
+			c.opts.Logger.Error("gc: collection failed", "err", err)
+		}
+	}
+}
+
+// Close stops the background loop and waits for any collection to finish.
+// The store must still be open.
+func (c *Collector) Close() {
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	<-c.done
+	c.wg.Wait()
+}
+
+// Collect runs one collection now and returns what it did, waiting for a
+// running one to finish first. full rewrites every sealed segment that
+// still holds a live body, with no bound on the bytes moved (BGREWRITEAOF);
+// otherwise the Options' policy applies.
+func (c *Collector) Collect(full bool) (Report, error) {
+	c.run.Lock()
+	defer c.run.Unlock()
+	return c.collectLocked(full)
+}
+
+// Start runs a collection in the background and returns at once; ErrBusy if
+// one is running. Its outcome is in Stats.
+func (c *Collector) Start(full bool) error {
+	if !c.run.TryLock() {
+		return ErrBusy
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer c.run.Unlock()
+		if _, err := c.collectLocked(full); err != nil && !errors.Is(err, storage.ErrClosed) {
+			c.opts.Logger.Error("gc: collection failed", "err", err, "full", full)
+		}
+	}()
+	return nil
+}
+
+// Stats returns the Collector's counters.
+func (c *Collector) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.stats
+	if c.run.TryLock() {
+		c.run.Unlock()
+	} else {
+		st.Running = true
+	}
+	return st
+}
+
+// collectLocked is one collection; c.run is held.
+func (c *Collector) collectLocked(full bool) (rep Report, err error) {
+	start := time.Now()
+	rep.Full = full
+	before := c.st.Stats().Collect
+	defer func() {
+		after := c.st.Stats().Collect
+		rep.Removed = after.SegmentsRemoved - before.SegmentsRemoved
+		rep.BytesReclaimed = after.BytesReclaimed - before.BytesReclaimed
+		rep.Duration = time.Since(start)
+		c.mu.Lock()
+		c.stats.Collections++
+		if full {
+			c.stats.FullCollections++
+		}
+		c.stats.Last, c.stats.LastErr = rep, err
+		c.mu.Unlock()
+		if err == nil && (rep.Rewritten > 0 || rep.Removed > 0 || rep.Compacted || full) {
+			c.opts.Logger.Info("gc: collection", "full", full, "rewritten", rep.Rewritten,
+				"bodies_moved", rep.BodiesMoved, "bytes_moved", rep.BytesMoved,
+				"segments_removed", rep.Removed, "bytes_reclaimed", rep.BytesReclaimed,
+				"index_compacted", rep.Compacted, "took", rep.Duration.Round(time.Millisecond))
+		}
+	}()
+	policy := Policy{MinLiveRatio: c.opts.MinLiveRatio, MaxMoveBytes: c.opts.MaxMoveBytes}
+	if full {
+		// Everything sealed becomes eligible: checkpoint first so that the
+		// segments written since the last checkpoint are.
+		policy = Policy{MinLiveRatio: 1}
+		if err := c.st.Checkpoint(); err != nil {
+			return rep, err
+		}
+	}
+	for _, first := range pick(c.st.Stats().Segments, policy) {
+		res, err := c.st.RewriteSegment(first)
+		if err != nil {
+			return rep, fmt.Errorf("gc: rewrite segment %016x: %w", uint64(first), err)
+		}
+		rep.Rewritten++
+		rep.BodiesMoved += res.Moved
+		rep.BytesMoved += res.MovedBytes
+		select {
+		case <-c.stop:
+			// Closing: what was moved is safe; the next checkpoint (Close
+			// makes one) removes the rewritten segments.
+			return rep, nil
+		default:
+		}
+	}
+	if rep.Rewritten > 0 || full {
+		if err := c.st.Checkpoint(); err != nil {
+			return rep, err
+		}
+	}
+	if c.opts.CompactAfterDeletes > 0 || full {
+		deletes := c.st.Stats().Collect.OrderDeletes
+		c.mu.Lock()
+		due := deletes-c.lastCompactDeletes >= c.opts.CompactAfterDeletes || (full && deletes > c.lastCompactDeletes)
+		c.mu.Unlock()
+		if due {
+			if err := c.st.CompactOrderIndex(context.Background()); err != nil {
+				return rep, err
+			}
+			rep.Compacted = true
+			c.mu.Lock()
+			c.lastCompactDeletes = deletes
+			c.mu.Unlock()
+		}
+	}
+	return rep, nil
+}

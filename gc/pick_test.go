@@ -1,0 +1,51 @@
+package gc
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/diskque/diskque/storage"
+	"github.com/diskque/diskque/wal"
+)
+
+// seg is a sealed, checkpointed segment of 100 bytes with live live bytes
+// in bodies bodies.
+func seg(first wal.LSN, live, bodies int64) storage.SegmentStat {
+	return storage.SegmentStat{First: first, Size: 100, LiveBytes: live, LiveBodies: bodies, Checkpointed: true}
+}
+
+func TestPick(t *testing.T) {
+	active := storage.SegmentStat{First: 900, Size: 10, LiveBytes: 1, LiveBodies: 1, Active: true}
+	fresh := seg(800, 10, 1)
+	fresh.Checkpointed = false
+	half := Policy{MinLiveRatio: 0.5}
+	for _, tc := range []struct {
+		name string
+		segs []storage.SegmentStat
+		p    Policy
+		want []wal.LSN
+	}{
+		{"empty log", nil, half, nil},
+		{"only the active segment", []storage.SegmentStat{active}, half, nil},
+		{"dense segments stay", []storage.SegmentStat{seg(0, 90, 9), seg(100, 50, 5), active}, half, nil},
+		{"dead segments are the checkpoint's", []storage.SegmentStat{seg(0, 0, 0), active}, half, nil},
+		{"a segment not yet checkpointed waits", []storage.SegmentStat{fresh, active}, half, nil},
+		{"sparsest first", []storage.SegmentStat{seg(0, 40, 4), seg(100, 10, 1), seg(200, 90, 9), seg(300, 20, 2), active}, half,
+			[]wal.LSN{100, 300, 0}},
+		{"equal ratios oldest first", []storage.SegmentStat{seg(200, 10, 1), seg(0, 10, 1), seg(100, 10, 1)}, half,
+			[]wal.LSN{0, 100, 200}},
+		{"the byte bound stops the list", []storage.SegmentStat{seg(0, 10, 1), seg(100, 20, 2), seg(200, 30, 3)},
+			Policy{MinLiveRatio: 0.5, MaxMoveBytes: 35}, []wal.LSN{0, 100}},
+		{"the first pick is taken whatever its size", []storage.SegmentStat{seg(0, 40, 4), seg(100, 45, 4)},
+			Policy{MinLiveRatio: 0.5, MaxMoveBytes: 5}, []wal.LSN{0}},
+		{"full collection takes dense segments too", []storage.SegmentStat{seg(0, 99, 9), seg(100, 0, 0), seg(200, 60, 6), fresh, active},
+			Policy{MinLiveRatio: 1}, []wal.LSN{200, 0}},
+		{"a ratio of exactly the threshold stays", []storage.SegmentStat{seg(0, 50, 5)}, half, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := pick(tc.segs, tc.p); !slices.Equal(got, tc.want) {
+				t.Fatalf("pick = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
