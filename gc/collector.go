@@ -64,7 +64,7 @@ func (o *Options) Validate() error {
 type Report struct {
 	Full bool
 	// Rewritten segments, and the bodies and bytes their rewrite copied.
-	Rewritten              int
+	Rewritten               int
 	BodiesMoved, BytesMoved int64
 	// Removed segments and their bytes: dead ones and rewritten ones, by
 	// the collection's checkpoints.
