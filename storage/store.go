@@ -158,6 +158,8 @@ func (s *Store) open() error {
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	popts.CacheSize = s.opts.CacheSize
+	gate := newCompactionGate()
+	popts.Experimental.CompactionScheduler = gate
 	s.db, err = pebble.Open(fs.PathJoin(s.dir, indexDir), popts)
 	if err != nil {
 		return fmt.Errorf("storage: open index: %w", err)
@@ -178,6 +180,9 @@ func (s *Store) open() error {
 	if err := s.replay(); err != nil {
 		return err
 	}
+	// Compactions were held so that pebble.Open did not wait for one (see
+	// compactionGate); the store is usable now, they may run beside it.
+	gate.Open()
 	s.lastCkptEnd = s.log.End()
 	if s.nodeID == "" {
 		// The node id names this store's jobs: make it durable now, whatever
@@ -342,6 +347,18 @@ func (s *Store) usableLocked() error {
 		return fmt.Errorf("%w: %w", ErrFailed, s.failed)
 	}
 	return nil
+}
+
+// Failed returns a channel closed when the store fails (see ErrFailed): an
+// AOF write or fsync error. A server watches it to reopen the store once
+// the disk works again; until then every operation returns ErrFailed.
+func (s *Store) Failed() <-chan struct{} { return s.failedCh }
+
+// Err returns the error that made the store fail, or nil.
+func (s *Store) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
 }
 
 func (s *Store) fail(err error) {

@@ -1,0 +1,117 @@
+package storage
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// fakeCompactor is a DBForCompaction with a number of waiting compactions.
+// The real one, Pebble's DB, runs behind the gate in every store test (and
+// gc's tests run manual compactions through it).
+type fakeCompactor struct {
+	mu        sync.Mutex
+	allowed   int
+	waiting   int
+	scheduled int
+	handles   []pebble.CompactionGrantHandle
+	changed   chan struct{}
+}
+
+func (f *fakeCompactor) GetAllowedWithoutPermission() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.allowed
+}
+
+func (f *fakeCompactor) GetWaitingCompaction() (bool, pebble.WaitingCompaction) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.waiting > 0, pebble.WaitingCompaction{}
+}
+
+func (f *fakeCompactor) Schedule(h pebble.CompactionGrantHandle) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.waiting == 0 {
+		return false
+	}
+	f.waiting--
+	f.scheduled++
+	f.handles = append(f.handles, h)
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (f *fakeCompactor) state() (scheduled, waiting int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.scheduled, f.waiting
+}
+
+// waitScheduled polls until n compactions were scheduled.
+func (f *fakeCompactor) waitScheduled(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		if s, _ := f.state(); s >= n {
+			return
+		}
+		select {
+		case <-f.changed:
+		case <-deadline:
+			s, w := f.state()
+			t.Fatalf("%d compactions scheduled, %d waiting; want %d scheduled", s, w, n)
+		}
+	}
+}
+
+func TestCompactionGate(t *testing.T) {
+	db := &fakeCompactor{allowed: 2, waiting: 5, changed: make(chan struct{}, 1)}
+	g := newCompactionGate()
+	g.Register(2, db)
+	// Closed: nothing is granted, however the DB asks.
+	if ok, _ := g.TrySchedule(); ok {
+		t.Fatal("TrySchedule granted a compaction before Open")
+	}
+	g.UpdateGetAllowedWithoutPermission()
+	g.wake()
+	// The granter runs every 100 ms; give it a few rounds by waiting for
+	// it to go through the poke channel twice. Nothing may be scheduled.
+	for range 2 {
+		g.poke <- struct{}{}
+	}
+	if s, _ := db.state(); s != 0 {
+		t.Fatalf("%d compactions scheduled while the gate was closed", s)
+	}
+	g.Open()
+	// Open: the granter fills the DB's allowance, no more.
+	db.waitScheduled(t, 2)
+	if ok, _ := g.TrySchedule(); ok {
+		t.Fatal("TrySchedule granted a third compaction with an allowance of 2")
+	}
+	// A compaction ending frees a slot for the next one waiting.
+	db.handles[0].Done()
+	db.waitScheduled(t, 3)
+	db.mu.Lock()
+	db.allowed = 10
+	db.mu.Unlock()
+	g.UpdateGetAllowedWithoutPermission()
+	db.waitScheduled(t, 5)
+	if s, w := db.state(); s != 5 || w != 0 {
+		t.Fatalf("scheduled %d, waiting %d", s, w)
+	}
+	// TrySchedule grants directly when there is room.
+	if ok, h := g.TrySchedule(); !ok || h == nil {
+		t.Fatal("TrySchedule refused with room left")
+	}
+	g.Unregister()
+	if ok, _ := g.TrySchedule(); ok {
+		t.Fatal("TrySchedule granted after Unregister")
+	}
+}
