@@ -25,7 +25,7 @@
 // ends before the flushed applied LSN and carries no live body — wherever it
 // is in the log, so a job delayed for a month does not pin the churn written
 // after it. The AOF then has gaps; Open tells the wal that gaps below the
-// index's applied LSN are expected (wal.Options.GapsBefore) and checks that
+// index's applied LSN are expected (wal.Options.Checkpoint) and checks that
 // every segment the index says holds live bodies is present. Discard
 // accounting (g/ keys: live bodies and bytes per segment, updated in the
 // same batch as every add, ack, delete, expiry and move) says which segments

@@ -169,7 +169,7 @@ func (s *Store) open() error {
 	}
 	s.durableApplied = s.applied
 	wopts := s.opts.walOptions()
-	wopts.GapsBefore = s.applied
+	wopts.Checkpoint = s.applied
 	if s.log, err = wal.Open(fs.PathJoin(s.dir, walDir), wopts); err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@
 // # Recovery
 //
 // Open verifies that segments are contiguous — except for gaps that end at or
-// before Options.GapsBefore: segments the owner removed with RemoveSegments
+// before Options.Checkpoint: segments the owner removed with RemoveSegments
 // because nothing in them is needed (storage removes a segment whose bodies
 // are all dead once its checkpoint has passed it) — and reads the last segment to its
 // end. A short, torn or bad-CRC record at the tail of the last segment ends the

@@ -111,7 +111,7 @@ func FuzzRepairTail(f *testing.F) {
 		orig := append(segmentHeader(first), frames...)
 		writeFile(t, fs, path, orig)
 
-		size, err := repairTail(fs, crashDir, segment{first: first, size: int64(len(frames))}, logger)
+		size, err := repairTail(fs, crashDir, segment{first: first, size: int64(len(frames))}, 0, logger)
 		// The valid prefix, walked independently of repairTail.
 		off := 0
 		for off < len(frames) {

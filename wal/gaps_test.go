@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // TestRemoveSegmentsLeavesGaps removes a segment from the middle of the log,
@@ -76,16 +78,16 @@ func TestRemoveSegmentsLeavesGaps(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// Without GapsBefore a gap is damage: a segment went missing.
+	// Without Checkpoint a gap is damage: a segment went missing.
 	if _, err := Open("db", opts); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("open with an unexpected gap: err %v, want ErrCorrupt", err)
 	}
-	// A GapsBefore short of the gap's end is not enough either.
-	opts.GapsBefore = gone.First
+	// A Checkpoint short of the gap's end is not enough either.
+	opts.Checkpoint = gone.First
 	if _, err := Open("db", opts); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("open with GapsBefore inside the gap: err %v, want ErrCorrupt", err)
+		t.Fatalf("open with Checkpoint inside the gap: err %v, want ErrCorrupt", err)
 	}
-	opts.GapsBefore = goneEnd
+	opts.Checkpoint = goneEnd
 	l, err = Open("db", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -151,5 +153,79 @@ func TestScanSegment(t *testing.T) {
 	}
 	if err := l.ScanSegment(seg.First+1, func(LSN, Record) error { return nil }); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("scan of no segment: %v", err)
+	}
+}
+
+// TestOpenTrustsTheCheckpointedPrefix: with Options.Checkpoint inside the
+// last segment, Open reads only the tail after it for a torn record, cuts a
+// torn tail there exactly as without it, and leaves damage before it to
+// Read and Verify (their CRC checks), which still find it.
+func TestOpenTrustsTheCheckpointedPrefix(t *testing.T) {
+	opts := TestingOptions()
+	opts.SegmentSize = 1 << 20 // one segment
+	l, err := Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lsns []LSN
+	for i := range 100 {
+		first, _, err := l.Append(Record{Type: 1, Payload: []byte(fmt.Sprintf("record %03d", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lsns = append(lsns, first)
+	}
+	end := l.End()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := "db/" + segmentName(0)
+	corrupt := func(lsn LSN) {
+		t.Helper()
+		f, err := opts.FS.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := []byte{0}
+		if _, err := f.ReadAt(b, segmentHeaderSize+int64(lsn)+frameHeaderSize+2); err != nil {
+			t.Fatal(err)
+		}
+		b[0] ^= 0x40
+		if _, err := f.WriteAt(b, segmentHeaderSize+int64(lsn)+frameHeaderSize+2); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Damage in the last record: a torn tail, cut at that record.
+	corrupt(lsns[99])
+	opts.Checkpoint = lsns[50]
+	l, err = Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.End(); got != lsns[99] {
+		t.Fatalf("log ends at %d after cutting a torn last record, want %d (was %d)", got, lsns[99], end)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Damage before the checkpoint is not Open's to find, but Verify and
+	// Read find it.
+	corrupt(lsns[10])
+	l, err = Open("db", opts)
+	if err != nil {
+		t.Fatalf("open with damage before the checkpoint: %v", err)
+	}
+	defer l.Close()
+	if err := l.Verify(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("verify: %v, want ErrCorrupt", err)
+	}
+	if _, err := l.Read(lsns[10]); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("read of the damaged record: %v, want ErrCorrupt", err)
+	}
+	if r, err := l.Read(lsns[98]); err != nil || string(r.Payload) != "record 098" {
+		t.Fatalf("read after the damage: %q, %v", r.Payload, err)
 	}
 }

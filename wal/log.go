@@ -100,11 +100,11 @@ func Open(dir string, opts Options) (*Log, error) {
 		l.active = f
 		segs = []segment{{first: 0}}
 	} else {
-		if err := checkContiguous(segs, opts.GapsBefore); err != nil {
+		if err := checkContiguous(segs, opts.Checkpoint); err != nil {
 			return nil, err
 		}
 		last := &segs[len(segs)-1]
-		size, err := repairTail(fs, dir, *last, opts.Logger)
+		size, err := repairTail(fs, dir, *last, int64(opts.Checkpoint)-int64(last.first), opts.Logger)
 		if err != nil {
 			return nil, err
 		}
@@ -140,16 +140,16 @@ func Open(dir string, opts Options) (*Log, error) {
 }
 
 // checkContiguous verifies that every segment but the last ends where the next
-// begins, except for gaps that end at or before gapsBefore (segments the
+// begins, except for gaps that end at or before checkpoint (segments the
 // owner removed on purpose, see RemoveSegments). Any other gap means a lost
 // or truncated segment in the middle of the log.
-func checkContiguous(segs []segment, gapsBefore LSN) error {
+func checkContiguous(segs []segment, checkpoint LSN) error {
 	for i := 0; i+1 < len(segs); i++ {
 		s, next := segs[i], segs[i+1]
 		if s.size < 0 {
 			return fmt.Errorf("%w: segment %s is shorter than its header", ErrCorrupt, segmentName(s.first))
 		}
-		if s.end() < next.first && next.first <= gapsBefore {
+		if s.end() < next.first && next.first <= checkpoint {
 			continue
 		}
 		if s.end() != next.first {

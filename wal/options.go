@@ -68,13 +68,15 @@ type Options struct {
 	MaxPending int
 	// Logger receives recovery and repair messages. Default slog.Default().
 	Logger *slog.Logger
-	// GapsBefore lets Open accept missing segments (gaps in the log) that
-	// end at or before this LSN. The owner of the log sets it to the point
-	// up to which it has consumed the log for good (storage: the index's
-	// applied LSN) after removing segments it no longer needs with
-	// RemoveSegments. Every record at or after it must be present. Default
-	// 0: the log must be contiguous.
-	GapsBefore LSN
+	// Checkpoint is the LSN up to which the log's owner has durably
+	// consumed it (storage: the applied LSN of the index on disk). Open
+	// accepts missing segments (gaps) that end at or before it — the owner
+	// removed them with RemoveSegments — and does not re-read the last
+	// segment's records before it when it looks for a torn tail: they were
+	// fsynced before the owner recorded the checkpoint (Read and Verify
+	// still check their CRCs). Every record at or after it must be present.
+	// Default 0: the log must be contiguous and is checked whole.
+	Checkpoint LSN
 }
 
 // DefaultOptions returns the options a server uses.

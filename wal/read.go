@@ -262,7 +262,7 @@ func (l *Log) ScanSegment(first LSN, fn func(lsn LSN, r Record) error) error {
 // RemoveSegments removes the listed sealed segments, wherever they are in
 // the log, leaving gaps. The caller guarantees that nothing in them is needed
 // any more: no record in them will be read, and every one of them ends at or
-// before the GapsBefore it will pass to the next Open (storage removes only
+// before the Checkpoint it will pass to the next Open (storage removes only
 // segments with no live body that end before its durable checkpoint). The
 // active segment is never removed; firsts that name no segment are ignored.
 func (l *Log) RemoveSegments(firsts []LSN) error {
@@ -334,8 +334,11 @@ func (l *Log) TruncateFront(lsn LSN) error {
 
 // repairTail reads the last segment to its end and returns the size of its
 // valid frames. A torn tail is cut off (the original kept as NAME.broken); a
-// bad frame followed by a valid one is damage, and an error.
-func repairTail(fs vfs.FS, dir string, seg segment, logger *slog.Logger) (int64, error) {
+// bad frame followed by a valid one is damage, and an error. The first
+// trusted bytes of frames are known durable (Options.Checkpoint) and are not
+// read again unless the tail after them needs repair: a restart reads only
+// what the last checkpoint did not cover, not the whole 64 MiB segment.
+func repairTail(fs vfs.FS, dir string, seg segment, trusted int64, logger *slog.Logger) (int64, error) {
 	name := segmentName(seg.first)
 	path := fs.PathJoin(dir, name)
 	f, err := fs.Open(path)
@@ -347,6 +350,26 @@ func repairTail(fs vfs.FS, dir string, seg segment, logger *slog.Logger) (int64,
 		f.Close()
 		return 0, fmt.Errorf("wal: stat segment %s: %w", name, err)
 	}
+	if size := st.Size() - segmentHeaderSize; trusted > 0 && trusted <= size {
+		// The common case: check the header and the untrusted tail only.
+		buf := make([]byte, segmentHeaderSize+size-trusted)
+		_, err := f.ReadAt(buf[:segmentHeaderSize], 0)
+		if err == nil {
+			_, err = f.ReadAt(buf[segmentHeaderSize:], segmentHeaderSize+trusted)
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			f.Close()
+			return 0, fmt.Errorf("wal: read segment %s: %w", name, err)
+		}
+		if err := checkSegmentHeader(buf, seg.first); err != nil {
+			f.Close()
+			return 0, fmt.Errorf("%w (segment %s)", err, name)
+		}
+		if validFrames(buf[segmentHeaderSize:]) == len(buf)-segmentHeaderSize {
+			f.Close()
+			return size, nil
+		}
+	}
 	b := make([]byte, st.Size())
 	_, err = f.ReadAt(b, 0)
 	f.Close()
@@ -357,21 +380,13 @@ func repairTail(fs vfs.FS, dir string, seg segment, logger *slog.Logger) (int64,
 		return 0, fmt.Errorf("%w (segment %s)", err, name)
 	}
 	frames := b[segmentHeaderSize:]
-	off := 0
-	for off < len(frames) {
-		_, n, fe := decodeFrame(frames[off:])
-		if fe == frameOK {
-			off += n
-			continue
-		}
-		if fe == frameBad && validFrameFollows(frames, off) && !tornSector(b, segmentHeaderSize+off) {
-			return 0, fmt.Errorf("%w: segment %s offset %d (lsn %d): bad record followed by valid ones",
-				ErrCorrupt, name, segmentHeaderSize+off, uint64(seg.first)+uint64(off))
-		}
-		break
-	}
+	off := validFrames(frames)
 	if off == len(frames) {
 		return int64(off), nil
+	}
+	if _, _, fe := decodeFrame(frames[off:]); fe == frameBad && validFrameFollows(frames, off) && !tornSector(b, segmentHeaderSize+off) {
+		return 0, fmt.Errorf("%w: segment %s offset %d (lsn %d): bad record followed by valid ones",
+			ErrCorrupt, name, segmentHeaderSize+off, uint64(seg.first)+uint64(off))
 	}
 	logger.Warn("wal: truncating torn tail", "segment", name,
 		"offset", segmentHeaderSize+off, "dropped_bytes", len(frames)-off, "kept_as", name+brokenSuffix)
@@ -398,6 +413,20 @@ func repairTail(fs vfs.FS, dir string, seg segment, logger *slog.Logger) (int64,
 // the disk in any order, so a crash can leave whole zeroed sectors inside
 // the unsynced tail.
 const sectorSize = 512
+
+// validFrames returns the length of the run of whole, valid frames at the
+// start of frames.
+func validFrames(frames []byte) int {
+	off := 0
+	for off < len(frames) {
+		_, n, fe := decodeFrame(frames[off:])
+		if fe != frameOK {
+			break
+		}
+		off += n
+	}
+	return off
+}
 
 // tornSector reports whether the frame starting at file offset start (its
 // claimed extent, or to the end of the file) contains a whole, aligned,
