@@ -46,17 +46,17 @@
 // Open verifies that segments are contiguous — except for gaps that end at or
 // before Options.Checkpoint: segments the owner removed with RemoveSegments
 // because nothing in them is needed (storage removes a segment whose bodies
-// are all dead once its checkpoint has passed it) — and reads the last segment to its
-// end. A short, torn or bad-CRC record at the tail of the last segment ends the
+// are all dead once its checkpoint has passed it) — and reads the last
+// segment from the checkpoint (or its start) to its end. A short, torn or bad-CRC record at the tail of the last segment ends the
 // log: the segment is truncated there and its original is kept beside it as
 // NAME.broken. A bad record that is followed by a valid one is not a torn
 // write but damage — unless it holds a whole zeroed 512-byte sector, which
 // is how unsynced pages written back out of order look after a crash (the
 // rule of etcd's WAL) — and Open refuses with an error (ErrCorrupt) naming
 // the segment and offset; so does damage found in any other segment, by
-// Replay, Read or Verify. Open does not read segments before the last:
-// recovery cost follows the replayed tail, not the size of the log. Verify
-// reads them all. Open fsyncs the last segment before appending to it, so
+// Replay, Read or Verify. Open does not read segments before the last, nor
+// the checkpointed part of the last: recovery cost follows the replayed
+// tail, not the size of the log. Verify reads every record. Open fsyncs the last segment before appending to it, so
 // what it recovered from the page cache after a process crash is durable
 // before anything is built on it.
 //
