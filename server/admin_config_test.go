@@ -256,8 +256,14 @@ func TestInfoStorage(t *testing.T) {
 		}
 	}
 	all := rc.do("INFO")
-	if i, j := strings.Index(all, "# CPU"), strings.Index(all, "# Storage"); i < 0 || j < i {
-		t.Fatalf("Storage not after CPU: %q", all)
+	// Storage between Stats and CPU: CPU, Disque's last section, stays last
+	// (disqueue-node drops the last line of the last section).
+	stats, storage, cpu := strings.Index(all, "# Stats"), strings.Index(all, "# Storage"), strings.Index(all, "# CPU")
+	if stats < 0 || storage < stats || cpu < storage {
+		t.Fatalf("sections not in the order Stats, Storage, CPU: %q", all)
+	}
+	if !regexp.MustCompile(`\r\nused_cpu_user_children:\d+\.\d\d\r\n$`).MatchString(all) {
+		t.Errorf("INFO does not end with used_cpu_user_children: %q", all[max(len(all)-80, 0):])
 	}
 	got := strings.TrimPrefix(rc.do("INFO storage"), "$")
 	if strings.Count(got, "#") != 1 {

@@ -193,6 +193,7 @@ var commandFlags = map[string][]string{
 	"cluster":  {"admin", "readonly"},
 	"config":   {"admin", "noscript", "loading", "stale"},
 	"slowlog":  {"admin", "random", "loading", "stale"},
+	"monitor":  {"admin", "noscript", "loading", "stale"},
 }
 
 // cmdCommand: COMMAND → one [name, arity, flags, first-key, last-key,
@@ -249,8 +250,15 @@ func writeCommandInfo(conn redcon.Conn, cmd *command) {
 }
 
 // cmdInfo writes INFO in Disque's section order: Server, Clients, Memory,
-// Jobs, Queues, Persistence, Stats, CPU, then diskque's own Storage (once
-// loaded). No value contains '#'.
+// Jobs, Queues, Persistence, Stats, then diskque's own Storage (once
+// loaded), then CPU. No value contains '#'.
+//
+// Sections are joined as Redis and Disque join them: each ends with CRLF
+// and a blank line separates them, so every section but the last ends with
+// a blank line. disqueue-node splits the reply on '#' and drops the last
+// two lines of each piece — the blank ones, except in the last section,
+// where it loses a real line. Storage therefore sits before CPU, whose last
+// line (used_cpu_user_children) is the one Disque's clients already lose.
 func cmdInfo(s *Server, c *call) {
 	want := ""
 	if len(c.args) > 1 {
@@ -331,15 +339,21 @@ func cmdInfo(s *Server, c *call) {
 		)
 	}
 	add("Stats", stats...)
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	add("CPU",
-		fmt.Sprintf("used_cpu_sys:%.2f", tvSeconds(ru.Stime)),
-		fmt.Sprintf("used_cpu_user:%.2f", tvSeconds(ru.Utime)),
-	)
 	if c.broker != nil {
 		add("Storage", storageInfo(c.broker.Store())...)
 	}
+	var ru, children syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
+	// CPU stays last, and keeps Disque's four lines: disqueue-node drops the
+	// last line of the last section (see above), which is then
+	// used_cpu_user_children, as with Disque, and never one of ours.
+	add("CPU",
+		fmt.Sprintf("used_cpu_sys:%.2f", tvSeconds(ru.Stime)),
+		fmt.Sprintf("used_cpu_user:%.2f", tvSeconds(ru.Utime)),
+		fmt.Sprintf("used_cpu_sys_children:%.2f", tvSeconds(children.Stime)),
+		fmt.Sprintf("used_cpu_user_children:%.2f", tvSeconds(children.Utime)),
+	)
 	c.conn.WriteBulkString(strings.Join(sections, "\r\n"))
 }
 

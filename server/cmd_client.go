@@ -19,11 +19,11 @@ func init() {
 	)
 }
 
-// touch records that the client is running command name now.
-func (c *client) touch(name string) {
+// touch records that the client is running command name, at now.
+func (c *client) touch(name string, now time.Time) {
 	c.mu.Lock()
 	c.lastCmd = name
-	c.lastActive = time.Now()
+	c.lastActive = now
 	c.mu.Unlock()
 }
 

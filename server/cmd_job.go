@@ -24,9 +24,14 @@ func init() {
 }
 
 // parseAddJob parses ADDJOB's arguments. It returns the request, or the
-// error reply.
-func parseAddJob(args [][]byte) (queue.AddRequest, string) {
-	r := queue.AddRequest{Queue: string(args[1]), Body: args[2], TTL: 86400}
+// error reply. prevQueue is the queue of the ADDJOB before it in the batch:
+// a pipeline usually feeds one queue, and reusing that string saves an
+// allocation per job.
+func parseAddJob(args [][]byte, prevQueue string) (queue.AddRequest, string) {
+	r := queue.AddRequest{Queue: prevQueue, Body: args[2], TTL: 86400}
+	if string(args[1]) != prevQueue {
+		r.Queue = string(args[1])
+	}
 	if timeout, ok := parseInt(args[3]); !ok || timeout < 0 {
 		return r, "ERR Invalid timeout"
 	}
@@ -99,7 +104,8 @@ func parseAddJob(args [][]byte) (queue.AddRequest, string) {
 // cmdAddJob adds this ADDJOB and the ADDJOBs that follow it in the
 // pipeline as one batch: one commit, replies in order once durable.
 func cmdAddJob(s *Server, c *call) {
-	argsList := [][][]byte{c.args}
+	argsList := make([][][]byte, 1, 1+len(c.rest))
+	argsList[0] = c.args
 	for _, next := range c.rest {
 		if len(argsList) >= s.opts.MaxPipelineBatch {
 			break
@@ -111,14 +117,18 @@ func cmdAddJob(s *Server, c *call) {
 	}
 	c.consumed = len(argsList) - 1
 	replies := make([]string, len(argsList)) // error reply per command, "" if added
-	var reqs []queue.AddRequest
-	var idx []int
+	reqs := make([]queue.AddRequest, 0, len(argsList))
+	idx := make([]int, 0, len(argsList))
 	for i, args := range argsList {
 		if len(args) < 4 {
 			replies[i] = "ERR wrong number of arguments for 'addjob' command"
 			continue
 		}
-		r, errReply := parseAddJob(args)
+		var prevQueue string
+		if len(reqs) > 0 {
+			prevQueue = reqs[len(reqs)-1].Queue
+		}
+		r, errReply := parseAddJob(args, prevQueue)
 		if errReply != "" {
 			replies[i] = errReply
 			continue

@@ -43,10 +43,19 @@
 // client's address and name. A GETJOB that may block is not logged: waiting
 // for jobs is not slowness.
 //
-// INFO ends with a Storage section after Disque's CPU (Disque's order stays
-// intact for clients that parse it by position): AOF segments, aof_bytes,
-// live bodies and bytes and their ratio, applied_lsn, and the Pebble index's
-// size, L0 files, memtable bytes and block cache hit rate.
+// INFO has a Storage section of its own between Disque's Stats and CPU:
+// AOF segments, aof_bytes, live bodies and bytes and their ratio,
+// applied_lsn, and the Pebble index's size, L0 files, memtable bytes and
+// block cache hit rate. CPU stays last, as in Disque, because disqueue-node
+// drops the last line of the last section (cmdInfo says how): it loses
+// used_cpu_user_children, as it does with Disque, and no Storage field.
+//
+// MONITOR (monitor.go): the client gets a Redis-format line for every
+// command the other clients run, AUTH's arguments redacted and admin
+// commands left out, as Redis does. Lines are queued on a per-monitor buffer
+// sent by the monitor's own goroutine; a monitor whose unsent output passes
+// MonitorBufferLimit is disconnected, so a slow one stalls nobody. With no
+// monitor, the command path pays one atomic load.
 //
 // Metrics: MetricsHandler serves Prometheus metrics (the daemon mounts it
 // at /metrics on its opt-in metrics-addr): diskque_commands_processed_total

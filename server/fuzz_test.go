@@ -60,7 +60,8 @@ const (
 )
 
 // fuzzExcluded are never picked: they end the server or the connection.
-var fuzzExcluded = map[string]bool{"shutdown": true, "quit": true, "monitor": true}
+// (MONITOR is fuzzed: run checks the monitor and starts a new connection.)
+var fuzzExcluded = map[string]bool{"shutdown": true, "quit": true}
 
 // fuzzNames is the sorted list of the registered commands the fuzzer picks
 // from. (A function: commands is filled by init, after package variables.)
@@ -160,6 +161,8 @@ func fuzzSeeds() [][]string {
 		{"jscan", "state", "\r\nweird"},
 		{"jscan", "jAAAA"},
 		{"debug", "flushall"},
+		{"monitor"},
+		{"MONITOR", "x"},
 		{"nosuchcommand", "x"},
 		{"\x05", "x", "y"},
 	}
@@ -335,6 +338,21 @@ func (h *fuzzHarness) run(t *testing.T, data []byte) {
 		if !reply.isError("ERR wrong number of arguments") {
 			fail("wrong arity answered %s", reply)
 		}
+	}
+
+	if cmd != nil && cmd.name == "monitor" && reply.kind == '+' {
+		// The connection is a monitor now (no other client sends anything,
+		// so no line arrives): it refuses PING and takes QUIT. The next
+		// input gets a fresh connection.
+		if r, err := h.roundTrip(encodeRESP([][]byte{[]byte("PING")})); err != nil || !r.isError(errMonitorMode) {
+			fail("PING from a monitor: %v %v", r, err)
+		}
+		if r, err := h.roundTrip(encodeRESP([][]byte{[]byte("QUIT")})); err != nil || r.kind != '+' {
+			fail("QUIT from a monitor: %v %v", r, err)
+		}
+		h.conn.Close()
+		h.conn = nil
+		return
 	}
 
 	pong, err := h.roundTrip(encodeRESP([][]byte{[]byte("PING")}))

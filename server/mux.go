@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/diskque/diskque/queue"
@@ -39,8 +38,15 @@ type call struct {
 
 var commands = map[string]*command{}
 
+// maxCommandName bounds the length of command names: lookup lowers a name
+// into a buffer of this size.
+const maxCommandName = 16
+
 func register(cmds ...*command) {
 	for _, c := range cmds {
+		if len(c.name) > maxCommandName {
+			panic("server: command name longer than maxCommandName: " + c.name)
+		}
 		commands[c.name] = c
 	}
 }
@@ -55,22 +61,28 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 	if len(args) == 0 {
 		return 1
 	}
-	name := strings.ToLower(string(args[0]))
-	cmd := commands[name]
+	cl, _ := conn.Context().(*client)
+	if cl == nil {
+		cl = &client{} // not accepted through accept (never in practice)
+	}
+	if cl.monitor != nil {
+		return s.monitorMode(cl, cmds)
+	}
+	cmd := lookup(args[0])
 	if cmd == nil {
 		s.metrics.observe("unknown", 0)
 		conn.WriteError(fmt.Sprintf("ERR unknown command '%s'", truncate(string(args[0]), 128)))
 		return 1
 	}
+	name := cmd.name
 	if cmd.arity > 0 && len(args) != cmd.arity || cmd.arity < 0 && len(args) < -cmd.arity {
 		conn.WriteError(fmt.Sprintf("ERR wrong number of arguments for '%s' command", name))
 		return 1
 	}
-	cl, _ := conn.Context().(*client)
-	if cl == nil {
-		cl = &client{} // not accepted through accept (never in practice)
-	}
-	cl.touch(name)
+	// One clock read serves CLIENT LIST's idle time and the command's
+	// duration (slowlog, metrics): it is taken for every command.
+	start := time.Now()
+	cl.touch(name, start)
 	if s.password() != "" && !cl.authed && !noAuth[name] {
 		conn.WriteError(errNoAuth)
 		return 1
@@ -95,7 +107,17 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 		rest = s.addJobBatchable(rest)
 	}
 	c := &call{conn: conn, args: args, broker: b, client: cl, rest: rest}
-	start := time.Now()
+	if mons := s.monitors.Load(); mons != nil {
+		// Fed before running, so that a GETJOB shows when it starts to
+		// block. A run of pipelined ADDJOBs is fed whole: rest is exactly
+		// what cmdAddJob will consume.
+		fed := cmds[:1]
+		if name == "addjob" {
+			fed = cmds[:1+len(rest)]
+		}
+		s.feedMonitors(*mons, cl, name, fed)
+		start = time.Now() // feeding monitors is not the command's time
+	}
 	cmd.run(s, c)
 	took := time.Since(start)
 	s.metrics.observe(name, took)
@@ -105,21 +127,38 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 	return 1 + c.consumed
 }
 
+// lookup finds the command named (in any case) by arg. It lowers the name
+// into a stack buffer rather than a new string: every command goes through
+// here.
+func lookup(arg []byte) *command {
+	var buf [maxCommandName]byte
+	if len(arg) > len(buf) {
+		return nil
+	}
+	lower := buf[:len(arg)]
+	for i, c := range arg {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		lower[i] = c
+	}
+	return commands[string(lower)] // no allocation: a map index by converted bytes
+}
+
 // jobTooLarge says whether ADDJOB args carry a body over max-job-size.
 func (s *Server) jobTooLarge(args [][]byte) bool {
 	return len(args) >= 3 && int64(len(args[2])) > s.maxJobSize.Load()
 }
 
-// addJobBatchable cuts the pipeline after an ADDJOB before the first
-// oversized ADDJOB of the run of ADDJOBs it starts with. cmdAddJob batches
-// that run; cutting it there leaves the oversized one to the next execute,
-// which refuses it, so every reply keeps its place in the order.
+// addJobBatchable returns the ADDJOBs that follow an ADDJOB in the pipeline
+// and share its commit — exactly what cmdAddJob consumes: the run of ADDJOBs
+// up to MaxPipelineBatch in all, cut before the first oversized one, which
+// is left to the next execute to refuse, so every reply keeps its place in
+// the order.
 func (s *Server) addJobBatchable(rest []redcon.Command) []redcon.Command {
 	for i, next := range rest {
-		if len(next.Args) == 0 || !is(next.Args[0], "addjob") {
-			break
-		}
-		if s.jobTooLarge(next.Args) {
+		if i+1 >= s.opts.MaxPipelineBatch || len(next.Args) == 0 || !is(next.Args[0], "addjob") ||
+			s.jobTooLarge(next.Args) {
 			return rest[:i]
 		}
 	}

@@ -54,6 +54,11 @@ type Options struct {
 	// OnShutdown is called (once) by SHUTDOWN; the daemon wires it to its
 	// SIGTERM path. Default: SHUTDOWN closes the server itself.
 	OnShutdown func()
+	// MonitorBufferLimit bounds the output, in bytes, a MONITOR client may
+	// have queued and not yet read; past it the client is disconnected, so
+	// a slow monitor cannot hold memory or stall the server. Default
+	// DefaultMonitorBufferLimit (32 MiB).
+	MonitorBufferLimit int
 }
 
 // Defaults of Options.
@@ -104,6 +109,12 @@ type Server struct {
 	guard       guard
 	slowlog     slowlog
 	metrics     *metrics
+
+	// monitors are the MONITOR clients, nil when there are none: the
+	// command path loads it and does nothing more. monMu serialises its
+	// writers (monitor.go).
+	monitors atomic.Pointer[[]*monitor]
+	monMu    sync.Mutex
 }
 
 // client is one connection's state. The fields above mu are set at accept
@@ -118,6 +129,9 @@ type client struct {
 	// connection got at accept: its commands are ignored and it is closed.
 	rejected string
 	authed   bool
+	// monitor is set once the connection has sent MONITOR (monitor.go).
+	// Like authed, only the connection's own goroutine touches it.
+	monitor *monitor
 
 	mu         sync.Mutex
 	name       string
@@ -145,6 +159,9 @@ func New(opts Options) *Server {
 	}
 	if opts.SlowlogMaxLen <= 0 {
 		opts.SlowlogMaxLen = DefaultSlowlogMaxLen
+	}
+	if opts.MonitorBufferLimit <= 0 {
+		opts.MonitorBufferLimit = DefaultMonitorBufferLimit
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{opts: opts, start: time.Now(), clients: map[redcon.Conn]*client{}, ctx: ctx, cancel: cancel}
@@ -215,6 +232,7 @@ func (s *Server) Close() error {
 	if rs != nil {
 		err = rs.Close()
 	}
+	s.closeMonitors()
 	s.mu.Lock()
 	for s.running > 0 {
 		s.idle.Wait()
@@ -259,6 +277,9 @@ func (s *Server) closed(conn redcon.Conn, err error) {
 	s.mu.Lock()
 	delete(s.clients, conn)
 	s.mu.Unlock()
+	if c, _ := conn.Context().(*client); c != nil && c.monitor != nil {
+		s.stopMonitor(c.monitor)
+	}
 }
 
 // protectedDenied says whether a client at remote is refused because the

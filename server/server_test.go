@@ -154,3 +154,21 @@ func TestCloseWakesBlockedClientsAndLeaksNothing(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestLookup(t *testing.T) {
+	for _, name := range []string{"addjob", "ADDJOB", "AddJob", "getJOB"} {
+		if cmd := lookup([]byte(name)); cmd == nil || cmd.name != strings.ToLower(name) {
+			t.Errorf("lookup(%q) = %v", name, cmd)
+		}
+	}
+	for _, name := range []string{"", "addjobs", "add", strings.Repeat("x", 100), "ADDJOB\x00"} {
+		if cmd := lookup([]byte(name)); cmd != nil {
+			t.Errorf("lookup(%q) = %s, want nil", name, cmd.name)
+		}
+	}
+	// Every command goes through lookup: it must not allocate.
+	arg := []byte("ADDJOB")
+	if n := testing.AllocsPerRun(100, func() { lookup(arg) }); n != 0 {
+		t.Errorf("lookup allocates %v times", n)
+	}
+}

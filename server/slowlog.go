@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -24,6 +25,11 @@ const (
 
 // slowlog is a bounded list of slow commands, guarded by mu.
 type slowlog struct {
+	// threshold mirrors slowerThan, or is negative when nothing is logged
+	// (slowerThan < 0 or maxLen 0): every command checks it, and only those
+	// that pass take mu, which would otherwise serialise all clients.
+	threshold atomic.Int64
+
 	mu         sync.Mutex
 	slowerThan time.Duration // negative: off
 	maxLen     int
@@ -48,6 +54,11 @@ func (s *Server) SetSlowlog(slowerThan time.Duration, maxLen int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.slowerThan, l.maxLen = slowerThan, max(maxLen, 0)
+	if l.maxLen == 0 {
+		l.threshold.Store(-1)
+	} else {
+		l.threshold.Store(int64(l.slowerThan))
+	}
 	l.trim()
 }
 
@@ -59,6 +70,9 @@ func (l *slowlog) trim() {
 
 // record logs the command args that started at start and took d, if slow.
 func (l *slowlog) record(args [][]byte, start time.Time, d time.Duration, cl *client) {
+	if t := l.threshold.Load(); t < 0 || int64(d) < t {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.slowerThan < 0 || d < l.slowerThan || l.maxLen == 0 {

@@ -194,8 +194,9 @@ func TestAdminCommands(t *testing.T) {
 			t.Errorf("INFO line %q is not key:value", line)
 		}
 	}
-	// Disque's sections in Disque's order, then diskque's own Storage.
-	wantSections := []string{"Server", "Clients", "Memory", "Jobs", "Queues", "Persistence", "Stats", "CPU", "Storage"}
+	// Disque's sections in Disque's order, with diskque's own Storage
+	// before CPU, which stays last (see the disqueue-node check below).
+	wantSections := []string{"Server", "Clients", "Memory", "Jobs", "Queues", "Persistence", "Stats", "Storage", "CPU"}
 	if !slices.Equal(sections, wantSections) {
 		t.Errorf("INFO sections = %v, want %v", sections, wantSections)
 	}
@@ -209,6 +210,23 @@ func TestAdminCommands(t *testing.T) {
 	}
 	if !strings.HasSuffix(raw, "\r\n") || strings.HasSuffix(raw, "\r\n\r\n") {
 		t.Errorf("INFO should end with exactly one CRLF: %q", raw[max(len(raw)-20, 0):])
+	}
+	// What disqueue-node keeps: each piece after a '#', split into lines,
+	// without its last two. Only used_cpu_user_children — the line it loses
+	// with Disque too — may be missing; every Storage field must survive.
+	kept := map[string]bool{}
+	for _, ch := range chunks {
+		lines := strings.Split(ch, "\r\n")
+		for _, line := range lines[1:max(len(lines)-2, 1)] {
+			k, _, _ := strings.Cut(line, ":")
+			kept[k] = true
+		}
+	}
+	for _, k := range []string{"used_cpu_sys", "used_cpu_user", "used_cpu_sys_children", "segments",
+		"block_cache_hit_rate", "jobs_expired", "aof_rewrite_in_progress", "registered_queues"} {
+		if !kept[k] {
+			t.Errorf("disqueue-node's INFO parsing would lose %s", k)
+		}
 	}
 	inf := info(t, c)
 	for k, v := range map[string]string{"loading": "0", "registered_jobs": "3", "aof_enabled": "1",
