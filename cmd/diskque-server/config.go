@@ -37,6 +37,13 @@ type config struct {
 	SlowlogMaxLen     int
 	// MetricsAddr, when set, is where /metrics is served over HTTP.
 	MetricsAddr string
+	// AOFSegmentSize is the AOF segment size in bytes.
+	AOFSegmentSize int64
+	// GCInterval is how often the segment collector looks for work, in
+	// seconds (0: no background collection; BGREWRITEAOF still works).
+	GCInterval int
+	// GCMinLiveRatio: segments less live than this are rewritten.
+	GCMinLiveRatio float64
 }
 
 func defaultConfig() config {
@@ -53,6 +60,10 @@ func defaultConfig() config {
 
 		SlowlogSlowerThan: server.DefaultSlowlogSlowerThan.Microseconds(),
 		SlowlogMaxLen:     server.DefaultSlowlogMaxLen,
+
+		AOFSegmentSize: 64 << 20,
+		GCInterval:     10,
+		GCMinLiveRatio: 0.5,
 	}
 }
 
@@ -82,6 +93,12 @@ Directives (in the config file as "directive value", or as --directive value):
   slowlog-max-len N             SLOWLOG entries kept (default 128)
   metrics-addr HOST:PORT        serve Prometheus metrics over HTTP at
                                 http://HOST:PORT/metrics (default: off)
+  aof-segment-size BYTES        AOF segment file size (default 64mb; 4kb..1gb)
+  gc-interval SECONDS           how often the segment collector looks for
+                                sparse AOF segments to rewrite (default 10;
+                                0 = only on BGREWRITEAOF)
+  gc-min-live-ratio R           rewrite segments whose live job bodies are
+                                less than R of their bytes (default 0.5)
   include PATH                  (config file only) read another config file
 
 At run time CONFIG GET reads these, CONFIG SET changes loglevel, requirepass,
@@ -254,6 +271,24 @@ func (c *config) set(name string, vals []string) error {
 			v = ""
 		}
 		c.MetricsAddr = v
+	case "aof-segment-size":
+		n, err := parseBytes(v)
+		if err != nil || n < 4096 || n > 1<<30 {
+			return fmt.Errorf("aof-segment-size: want a size from 4kb to 1gb, got %q", v)
+		}
+		c.AOFSegmentSize = n
+	case "gc-interval":
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 86400 {
+			return fmt.Errorf("gc-interval: want a number of seconds from 0 to 86400, got %q", v)
+		}
+		c.GCInterval = n
+	case "gc-min-live-ratio":
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(r > 0 && r <= 1) {
+			return fmt.Errorf("gc-min-live-ratio: want a ratio above 0 and at most 1, got %q", v)
+		}
+		c.GCMinLiveRatio = r
 	case "slowlog-max-len":
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > 1<<20 {
@@ -272,7 +307,7 @@ var directives = []string{
 	"port", "bind", "dir", "appendonly", "appendfsync", "loglevel", "logfile", "pidfile",
 	"requirepass", "maxclients", "max-job-size", "min-free-disk", "maxmemory",
 	"slowlog-log-slower-than", "slowlog-max-len",
-	"metrics-addr",
+	"metrics-addr", "aof-segment-size", "gc-interval", "gc-min-live-ratio",
 }
 
 // value is directive name's value as set would read it back.
@@ -319,6 +354,12 @@ func (c *config) value(name string) string {
 		return strconv.Itoa(c.SlowlogMaxLen)
 	case "metrics-addr":
 		return c.MetricsAddr
+	case "aof-segment-size":
+		return strconv.FormatInt(c.AOFSegmentSize, 10)
+	case "gc-interval":
+		return strconv.Itoa(c.GCInterval)
+	case "gc-min-live-ratio":
+		return strconv.FormatFloat(c.GCMinLiveRatio, 'g', -1, 64)
 	}
 	return ""
 }

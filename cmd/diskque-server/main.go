@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/gc"
 	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/server"
 	"github.com/diskque/diskque/storage"
@@ -119,6 +120,7 @@ func run(cfg config) error {
 
 	sopts := storage.DefaultOptions()
 	sopts.Sync = cfg.AppendFsync
+	sopts.SegmentSize = cfg.AOFSegmentSize
 	sopts.Logger = log
 	dir := cfg.Dir
 	if !cfg.AppendOnly {
@@ -140,6 +142,17 @@ func run(cfg config) error {
 		st.Close()
 		return err
 	}
+	gcOpts := gc.Options{Interval: time.Duration(cfg.GCInterval) * time.Second, MinLiveRatio: cfg.GCMinLiveRatio, Logger: log}
+	if cfg.GCInterval == 0 {
+		gcOpts.Interval = -1
+	}
+	collector, err := gc.New(st, gcOpts)
+	if err != nil {
+		srv.Close()
+		broker.Close()
+		st.Close()
+		return err
+	}
 	go broker.Run()
 	srv.SetBroker(broker)
 	log.Info("ready to accept commands")
@@ -156,6 +169,7 @@ func run(cfg config) error {
 	// Stop accepting and close connections (commands in flight finish and
 	// their replies are durable), then stop the timers, then checkpoint.
 	srv.Close()
+	collector.Close() // a running collection finishes; what it moved is safe
 	broker.Close()
 	if err := st.Close(); err != nil {
 		return fmt.Errorf("close storage: %w", err)
