@@ -28,8 +28,19 @@ type Broker struct {
 	// holds every event that sorts at or before it; events after it are
 	// loaded later. The zero cursor has loaded nothing.
 	cursor storage.Event
-	closed bool
-	ctime  storage.CtimeClock
+	// loader is where the loader last stopped: short of the horizon, the
+	// events after the cursor may already be due.
+	loader loaderState
+	// due is Tick's reusable buffer of the events one chunk fires.
+	due []storage.Event
+	// fireChunk is the most events one lock hold fires (fireChunk; tests
+	// set it smaller).
+	fireChunk int
+	// testChunkHook, if set, is called by Tick after each chunk, outside
+	// the lock, with the number of events the chunk fired.
+	testChunkHook func(fired int)
+	closed        bool
+	ctime         storage.CtimeClock
 	// lastSweep is when idle, empty queues were last forgotten.
 	lastSweep int64
 	stats     Stats
@@ -65,18 +76,19 @@ func New(opts Options) (*Broker, error) {
 	}
 	now := opts.Now().UnixMilli()
 	b := &Broker{
-		opts:   opts,
-		st:     opts.Store,
-		node:   opts.Store.NodeID(),
-		queues: map[string]*queueState{},
-		wheel:  NewWheel(now),
-		wake:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+		opts:      opts,
+		st:        opts.Store,
+		node:      opts.Store.NodeID(),
+		queues:    map[string]*queueState{},
+		wheel:     NewWheel(now),
+		fireChunk: fireChunk,
+		wake:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.loadTimersLocked(now); err != nil {
+	if err := b.loadTimersLocked(now, b.opts.MaxTimers); err != nil {
 		return nil, err
 	}
 	return b, nil

@@ -27,6 +27,7 @@ type fixture struct {
 	st    *storage.Store
 	b     *Broker
 	head  int
+	mod   func(*Options) // if set, adjusts the broker's options at each open
 }
 
 func newFixture(t *testing.T, headSize int) *fixture {
@@ -45,7 +46,11 @@ func (f *fixture) open() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	b, err := New(Options{Store: st, HeadSize: f.head, Now: f.clock.now})
+	bopts := Options{Store: st, HeadSize: f.head, Now: f.clock.now}
+	if f.mod != nil {
+		f.mod(&bopts)
+	}
+	b, err := New(bopts)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -28,8 +28,16 @@
 // Every change is applied to the store (storage.Store.Apply) and to the
 // heads, waiters and wheel under Broker.mu, so they never disagree with the
 // index; the wait for durability (storage.Pending.Wait) happens after mu is
-// released, and no result is returned before it. A timer event is checked
-// against the job before it acts, so a stale event does nothing.
+// released, and no result is returned before it. The wheel holds a job's
+// current events only (every change replaces them), so a timer event that
+// fires is current; delay and retry events are still checked against the
+// job before they act, while a TTL event (whose due, Etime, never changes)
+// deletes its job unread.
+//
+// Timers fire in chunks of a few hundred events, each under its own hold of
+// Broker.mu, so a mass expiry (a million jobs due in the same millisecond)
+// delays other commands by one chunk, not by the whole expiry; events not
+// fired yet stay in the wheel meanwhile (Wheel.AdvanceLimit).
 //
 // # Time
 //

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"cmp"
+	"math"
 	"math/bits"
 	"slices"
 
@@ -35,7 +36,8 @@ const (
 //
 // in slot (d>>(6l)) & 63. Level 5 also takes diff 64 (the slot of now's own
 // tick, which is otherwise empty), so every d with d-now < WheelSpan fits.
-// Events due at or before now wait in the overdue list for the next Advance.
+// Events due at or before now wait in the overdue list for the next Advance
+// (and, after an AdvanceLimit that stopped at its limit, for the next call).
 // Each level has a 64-bit occupancy mask and each slot the smallest due ever
 // added since it was last empty (slotMin: exact unless its minimum was
 // removed, and always inside the slot's tick).
@@ -44,8 +46,10 @@ const (
 //   - every slot entry lies in its slot with diff as above, so all entries of
 //     one slot share one tick, and no slot holds now's own tick (diff 0);
 //   - mask bit s of level l is set iff that slot is non-empty;
-//   - overdue entries have Due <= now; removed ones leave nil holes until
-//     the next Advance;
+//   - overdue[overdueStart:] holds the overdue entries, Due <= now; fired
+//     and removed ones leave nil holes (before overdueStart: only holes)
+//     until the list drains or is sorted; unless overdueUnsorted, the live
+//     entries are in Due order;
 //   - index maps (ID, Kind) to the one entry of that key, whose level, slot
 //     and pos say where it sits (slot entries are swap-deleted).
 //
@@ -71,9 +75,17 @@ type Wheel struct {
 	slots   [wheelLevels][wheelSlots][]*wheelEntry
 	slotMin [wheelLevels][wheelSlots]int64
 
-	overdue     []*wheelEntry // Due <= now, waiting to fire; nil = removed
-	overdueLive int           // non-nil entries of overdue
-	overdueMin  int64         // <= every live overdue Due (a lower bound)
+	overdue      []*wheelEntry // Due <= now, waiting to fire; nil = fired or removed
+	overdueStart int           // overdue[:overdueStart] is all holes: the next to fire is after
+	overdueLive  int           // non-nil entries of overdue
+	overdueMin   int64         // <= every live overdue Due (a lower bound)
+	// overdueMax is the largest Due appended to overdue since it was last
+	// sorted or emptied; overdueUnsorted says an entry was appended below
+	// it, so the next Advance must sort. Entries a cascade moves overdue
+	// come in Due order, so a burst of due events (a mass expiry) fired over
+	// many AdvanceLimit calls is never sorted again.
+	overdueMax      int64
+	overdueUnsorted bool
 
 	kinds     []storage.EventKind // every kind ever added, for RemoveAll
 	advancing bool
@@ -184,6 +196,22 @@ func (w *Wheel) Next() (int64, bool) {
 // added with Due <= now fires later in the same call (if its Due is before
 // Now(), with the events due at Now(): necessarily out of Due order).
 func (w *Wheel) Advance(now int64, fire func(storage.Event)) {
+	w.AdvanceLimit(now, math.MaxInt, fire)
+}
+
+// AdvanceLimit is Advance that fires at most limit (>= 1) events. When it
+// stops at the limit with events still due at or before now, it returns
+// true: those stay held, in order, and Now() stays at the due time of the
+// last event fired (at most now), so a later Advance or AdvanceLimit fires
+// them first. (With a stale slotMin, true may be a removed event's due: the
+// next call then fires nothing.) Otherwise it returns false with Now() at
+// now, as Advance does. In between, the wheel is an ordinary wheel at that
+// time: Add, Remove and RemoveAll work as ever (an event added due at or
+// before Now fires with the rest; one due between Now and now in its turn).
+// So a caller can fire a burst in bounded pieces and do other work between
+// them. Those left due at or before Now() are overdue: any later Advance
+// fires them, whatever its now.
+func (w *Wheel) AdvanceLimit(now int64, limit int, fire func(storage.Event)) (more bool) {
 	if w.advancing {
 		panic("queue: Wheel.Advance called from inside fire")
 	}
@@ -191,20 +219,25 @@ func (w *Wheel) Advance(now int64, fire func(storage.Event)) {
 	defer func() { w.advancing = false }()
 
 	target := max(now, w.now)
+	budget := max(limit, 1)
 	w.sortOverdue()
-	w.fireOverdue(fire)
+	budget -= w.fireOverdue(fire, budget)
 	for {
 		t, ok := w.nextSlotTime()
+		if budget == 0 && (w.overdueLive > 0 || ok && t <= target) {
+			return true
+		}
 		if !ok || t > target {
 			break
 		}
 		w.steps++
 		w.moveTo(t)
-		w.fireOverdue(fire)
+		budget -= w.fireOverdue(fire, budget)
 	}
 	if target > w.now {
 		w.moveTo(target) // cascades only: nothing is due by target any more
 	}
+	return false
 }
 
 // place puts en (not linked anywhere) where its due belongs relative to now.
@@ -212,6 +245,14 @@ func (w *Wheel) place(en *wheelEntry) {
 	d := en.ev.Due
 	if d <= w.now {
 		en.level, en.slot, en.pos = overdueLevel, 0, int32(len(w.overdue))
+		switch {
+		case len(w.overdue) == w.overdueStart:
+			w.overdueMax = d
+		case d < w.overdueMax:
+			w.overdueUnsorted = true
+		default:
+			w.overdueMax = d
+		}
 		w.overdue = append(w.overdue, en)
 		if w.overdueLive == 0 || d < w.overdueMin {
 			w.overdueMin = d
@@ -309,10 +350,15 @@ func (w *Wheel) moveTo(t int64) {
 }
 
 // sortOverdue drops the nil holes of the overdue list and sorts it by due, so
-// events added overdue between Advance calls fire in order.
+// events added overdue between Advance calls fire in order. A list already
+// in order is left as it is: sorting it again at every AdvanceLimit of a
+// burst would cost O(burst) each time.
 func (w *Wheel) sortOverdue() {
+	if !w.overdueUnsorted {
+		return
+	}
 	live := w.overdue[:0]
-	for _, en := range w.overdue {
+	for _, en := range w.overdue[w.overdueStart:] {
 		if en != nil {
 			live = append(live, en)
 		}
@@ -322,20 +368,31 @@ func (w *Wheel) sortOverdue() {
 	for i, en := range live {
 		en.pos = int32(i)
 	}
-	w.overdue = live
+	w.overdue, w.overdueStart, w.overdueUnsorted = live, 0, false
+	w.overdueMax = 0
+	if len(live) > 0 {
+		w.overdueMax = live[len(live)-1].ev.Due
+	}
 }
 
 // fireOverdue fires the overdue list front to back, including entries that
-// fire appends to it, then empties it.
-func (w *Wheel) fireOverdue(fire func(storage.Event)) {
-	for i := 0; i < len(w.overdue); i++ {
-		en := w.overdue[i]
+// fire appends to it, until it is empty (then it drops it) or budget events
+// have fired. It returns how many fired.
+func (w *Wheel) fireOverdue(fire func(storage.Event), budget int) int {
+	fired := 0
+	for w.overdueStart < len(w.overdue) {
+		if fired == budget {
+			return fired
+		}
+		en := w.overdue[w.overdueStart]
+		w.overdueStart++
 		if en == nil {
 			continue
 		}
-		w.overdue[i] = nil
+		w.overdue[en.pos] = nil
 		w.overdueLive--
 		delete(w.index, wheelKey{en.ev.ID, en.ev.Kind})
+		fired++
 		fire(en.ev)
 	}
 	if cap(w.overdue) > 1024 {
@@ -343,4 +400,6 @@ func (w *Wheel) fireOverdue(fire func(storage.Event)) {
 	} else {
 		w.overdue = w.overdue[:0]
 	}
+	w.overdueStart, w.overdueMax, w.overdueUnsorted = 0, 0, false
+	return fired
 }

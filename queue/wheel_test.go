@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -32,9 +33,10 @@ import (
 //	on-fire id=<id> kind=<kind>                   the input lines (add, remove,
 //	    remove-all commands; times relative to Now at firing) run once, from
 //	    inside fire, when that event fires
-//	advance now=<time> [steps]   the fired events, "<due> <kind> <id>" with
-//	    the on-fire actions under them, then the wheel's now (and the loop
-//	    iterations this call made)
+//	advance now=<time> [limit=<n>] [steps]   the fired events, "<due> <kind>
+//	    <id>" with the on-fire actions under them, then the wheel's now (and
+//	    the loop iterations this call made); with limit, one AdvanceLimit
+//	    call, followed by "more" when it stopped at the limit
 //	len | next | show            show: the occupied slots, level by level in
 //	    tick order, and the overdue list
 func TestWheelDataDriven(t *testing.T) {
@@ -80,7 +82,11 @@ func (h *wheelHarness) run(t *testing.T, td *datadriven.TestData) string {
 		}
 		var b strings.Builder
 		steps := h.w.steps
-		h.w.Advance(now, func(e storage.Event) {
+		limit := math.MaxInt
+		if td.HasArg("limit") {
+			td.ScanArgs(t, "limit", &limit)
+		}
+		more := h.w.AdvanceLimit(now, limit, func(e storage.Event) {
 			fmt.Fprintf(&b, "%d %s %s\n", e.Due, e.Kind, e.ID)
 			k := wheelKey{e.ID, e.Kind}
 			actions := h.onFire[k]
@@ -93,6 +99,9 @@ func (h *wheelHarness) run(t *testing.T, td *datadriven.TestData) string {
 				fmt.Fprintf(&b, "  %s at now=%d: %s\n", line, h.w.Now(), h.exec(t, cmd, args))
 			}
 		})
+		if more {
+			b.WriteString("more\n")
+		}
 		fmt.Fprintf(&b, "now=%d\n", h.w.Now())
 		if td.HasArg("steps") {
 			fmt.Fprintf(&b, "steps=%d\n", h.w.steps-steps)
@@ -272,10 +281,21 @@ func (w *Wheel) checkInvariants() error {
 		}
 	}
 	live := 0
+	var last *wheelEntry
 	for i, en := range w.overdue {
 		if en == nil {
 			continue
 		}
+		if i < w.overdueStart {
+			return fmt.Errorf("overdue %v at %d, before the start %d", en.ev, i, w.overdueStart)
+		}
+		if en.ev.Due > w.overdueMax {
+			return fmt.Errorf("overdue %v after overdueMax %d", en.ev, w.overdueMax)
+		}
+		if last != nil && !w.overdueUnsorted && en.ev.Due < last.ev.Due {
+			return fmt.Errorf("overdue %v after %v, not marked unsorted", en.ev, last.ev)
+		}
+		last = en
 		live++
 		if en.level != overdueLevel || int(en.pos) != i || en.ev.Due > w.now || en.ev.Due < w.overdueMin {
 			return fmt.Errorf("overdue %v: level %d pos %d (at %d), now %d, overdueMin %d", en.ev, en.level, en.pos, i, w.now, w.overdueMin)
@@ -430,12 +450,35 @@ func TestWheelRandom(t *testing.T) {
 				to = w.Now() - rng.Int64N(1000)
 			}
 			var got []storage.Event
-			w.Advance(to, func(e storage.Event) {
+			fire := func(e storage.Event) {
 				got = append(got, e)
 				if c, ok := wheelChild(e, w.Now()); ok {
 					w.Add(c)
 				}
-			})
+			}
+			if rng.IntN(2) == 0 {
+				w.Advance(to, fire)
+			} else {
+				// In pieces of at most limit events: together they must
+				// fire what one Advance fires.
+				limit := 1 + rng.IntN(8)
+				for calls := 1; ; calls++ {
+					before := len(got)
+					more := w.AdvanceLimit(to, limit, fire)
+					if n := len(got) - before; n > limit || more && n != limit {
+						t.Fatalf("op %d: AdvanceLimit(%d, %d) fired %d, more=%v", op, to, limit, n, more)
+					}
+					if !more {
+						break
+					}
+					if err := w.checkInvariants(); err != nil {
+						t.Fatalf("op %d: between AdvanceLimit calls: %v", op, err)
+					}
+					if calls > 100_000 {
+						t.Fatalf("op %d: AdvanceLimit(%d, %d) never finishes", op, to, limit)
+					}
+				}
+			}
 			want := m.advance(to)
 			for i := 1; i < len(got); i++ {
 				if got[i].Due < got[i-1].Due {
