@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -10,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/diskque/diskque/gc"
 	"github.com/diskque/diskque/storage"
 	"github.com/tidwall/redcon"
 )
@@ -28,7 +30,29 @@ func init() {
 		&command{name: "debug", arity: -2, run: cmdDebug},
 		&command{name: "command", arity: -1, whileLoading: true, run: cmdCommand},
 		&command{name: "shutdown", arity: -1, whileLoading: true, run: cmdShutdown},
+		&command{name: "bgrewriteaof", arity: 1, run: cmdBgRewriteAOF},
 	)
+}
+
+// cmdBgRewriteAOF starts a full segment collection (package gc): every
+// sealed AOF segment that still holds a live job body is rewritten and
+// removed, and the index's queue and schedule spans are compacted. Like
+// Redis it replies at once; INFO's aof_rewrite_in_progress and Storage
+// section tell how it went.
+func cmdBgRewriteAOF(s *Server, c *call) {
+	col := s.collector.Load()
+	if col == nil {
+		c.conn.WriteError("ERR no segment collector is running")
+		return
+	}
+	switch err := col.Start(true); {
+	case errors.Is(err, gc.ErrBusy):
+		c.conn.WriteError("ERR Background append only file rewriting already in progress")
+	case err != nil:
+		c.conn.WriteError(errorReply(err))
+	default:
+		c.conn.WriteString("Background append only file rewriting started")
+	}
 }
 
 func cmdPing(s *Server, c *call) {
@@ -164,36 +188,37 @@ func cmdShutdown(s *Server, c *call) {
 // commandFlags are COMMAND's flags per command, Disque's table in Redis's
 // words. A command not listed gets "loading" if it runs while loading.
 var commandFlags = map[string][]string{
-	"addjob":   {"write", "denyoom", "fast"},
-	"getjob":   {"write", "fast"},
-	"ackjob":   {"write", "fast"},
-	"fastack":  {"write", "fast"},
-	"nack":     {"write", "fast"},
-	"working":  {"write", "fast"},
-	"enqueue":  {"write"},
-	"dequeue":  {"write"},
-	"deljob":   {"write"},
-	"pause":    {"readonly"},
-	"show":     {"readonly"},
-	"qlen":     {"readonly", "fast"},
-	"qpeek":    {"readonly"},
-	"qstat":    {"readonly"},
-	"qscan":    {"readonly"},
-	"jscan":    {"readonly"},
-	"ping":     {"readonly", "stale", "fast"},
-	"time":     {"readonly", "random", "fast"},
-	"hello":    {"readonly", "fast"},
-	"info":     {"readonly", "loading", "stale"},
-	"auth":     {"readonly", "noscript", "loading", "stale", "fast", "no_auth"},
-	"quit":     {"readonly", "loading", "stale", "fast", "no_auth"},
-	"client":   {"admin", "readonly", "loading", "stale"},
-	"command":  {"readonly", "loading", "stale"},
-	"shutdown": {"admin", "readonly", "loading", "stale"},
-	"debug":    {"admin", "noscript"},
-	"cluster":  {"admin", "readonly"},
-	"config":   {"admin", "noscript", "loading", "stale"},
-	"slowlog":  {"admin", "random", "loading", "stale"},
-	"monitor":  {"admin", "noscript", "loading", "stale"},
+	"addjob":       {"write", "denyoom", "fast"},
+	"getjob":       {"write", "fast"},
+	"ackjob":       {"write", "fast"},
+	"fastack":      {"write", "fast"},
+	"nack":         {"write", "fast"},
+	"working":      {"write", "fast"},
+	"enqueue":      {"write"},
+	"dequeue":      {"write"},
+	"deljob":       {"write"},
+	"pause":        {"readonly"},
+	"show":         {"readonly"},
+	"qlen":         {"readonly", "fast"},
+	"qpeek":        {"readonly"},
+	"qstat":        {"readonly"},
+	"qscan":        {"readonly"},
+	"jscan":        {"readonly"},
+	"ping":         {"readonly", "stale", "fast"},
+	"time":         {"readonly", "random", "fast"},
+	"hello":        {"readonly", "fast"},
+	"info":         {"readonly", "loading", "stale"},
+	"auth":         {"readonly", "noscript", "loading", "stale", "fast", "no_auth"},
+	"quit":         {"readonly", "loading", "stale", "fast", "no_auth"},
+	"client":       {"admin", "readonly", "loading", "stale"},
+	"command":      {"readonly", "loading", "stale"},
+	"shutdown":     {"admin", "readonly", "loading", "stale"},
+	"bgrewriteaof": {"admin"},
+	"debug":        {"admin", "noscript"},
+	"cluster":      {"admin", "readonly"},
+	"config":       {"admin", "noscript", "loading", "stale"},
+	"slowlog":      {"admin", "random", "loading", "stale"},
+	"monitor":      {"admin", "noscript", "loading", "stale"},
 }
 
 // cmdCommand: COMMAND → one [name, arity, flags, first-key, last-key,
@@ -321,7 +346,8 @@ func cmdInfo(s *Server, c *call) {
 		fmt.Sprintf("aof_enabled:%d", boolInt(s.opts.Info.AOFEnabled)),
 		"aof_state:"+aof,
 		"aof_fsync:"+s.opts.Info.AppendFsync,
-		"aof_rewrite_in_progress:0",
+		fmt.Sprintf("aof_rewrite_in_progress:%d", boolInt(s.collecting())),
+		"aof_last_bgrewrite_status:"+s.lastCollectStatus(),
 	)
 	var stats []string
 	stats = append(stats,
@@ -340,7 +366,7 @@ func cmdInfo(s *Server, c *call) {
 	}
 	add("Stats", stats...)
 	if c.broker != nil {
-		add("Storage", storageInfo(c.broker.Store())...)
+		add("Storage", append(storageInfo(c.broker.Store()), s.collectorInfo()...)...)
 	}
 	var ru, children syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -388,6 +414,45 @@ func storageInfo(st *storage.Store) []string {
 		fmt.Sprintf("memtable_bytes:%d", m.MemTable.Size),
 		fmt.Sprintf("block_cache_hit_rate:%.3f", hitRate),
 	}
+}
+
+// collectorInfo is the Storage section's collection lines: what the
+// segment collector (and the checkpoints that remove dead segments) did
+// since the server started.
+func (s *Server) collectorInfo() []string {
+	var cs gc.Stats
+	if col := s.collector.Load(); col != nil {
+		cs = col.Stats()
+	}
+	var st storage.CollectStats
+	if b := s.broker.Load(); b != nil {
+		st = b.Store().Stats().Collect
+	}
+	return []string{
+		fmt.Sprintf("gc_collections:%d", cs.Collections),
+		fmt.Sprintf("gc_full_collections:%d", cs.FullCollections),
+		fmt.Sprintf("gc_in_progress:%d", boolInt(cs.Running)),
+		fmt.Sprintf("gc_segments_rewritten:%d", st.SegmentsRewritten),
+		fmt.Sprintf("gc_bodies_moved:%d", st.BodiesMoved),
+		fmt.Sprintf("gc_bytes_moved:%d", st.BytesMoved),
+		fmt.Sprintf("gc_segments_removed:%d", st.SegmentsRemoved),
+		fmt.Sprintf("gc_bytes_reclaimed:%d", st.BytesReclaimed),
+		fmt.Sprintf("gc_index_compactions:%d", st.IndexCompactions),
+	}
+}
+
+func (s *Server) collecting() bool {
+	col := s.collector.Load()
+	return col != nil && col.Stats().Running
+}
+
+// lastCollectStatus is Redis's aof_last_bgrewrite_status: ok unless the
+// last collection failed.
+func (s *Server) lastCollectStatus() string {
+	if col := s.collector.Load(); col != nil && col.Stats().LastErr != nil {
+		return "err"
+	}
+	return "ok"
 }
 
 func boolInt(b bool) int {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/diskque/diskque/gc"
 	"github.com/diskque/diskque/queue"
 	"github.com/tidwall/redcon"
 )
@@ -82,7 +83,10 @@ type InfoSource struct {
 type Server struct {
 	opts   Options
 	broker atomic.Pointer[queue.Broker]
-	start  time.Time
+	// collector runs segment collections (BGREWRITEAOF, INFO); nil until
+	// SetCollector.
+	collector atomic.Pointer[gc.Collector]
+	start     time.Time
 
 	mu       sync.Mutex
 	rs       *redcon.Server
@@ -191,6 +195,10 @@ func (s *Server) password() string { return *s.requirePass.Load() }
 
 // SetBroker makes the server ready: loading is over.
 func (s *Server) SetBroker(b *queue.Broker) { s.broker.Store(b) }
+
+// SetCollector gives the server the store's segment collector, which
+// BGREWRITEAOF starts and INFO reports on. Call it before SetBroker.
+func (s *Server) SetCollector(c *gc.Collector) { s.collector.Store(c) }
 
 // Serve accepts connections on ln until Close. It returns nil after Close.
 func (s *Server) Serve(ln net.Listener) error {

@@ -154,6 +154,7 @@ func run(cfg config) error {
 		return err
 	}
 	go broker.Run()
+	srv.SetCollector(collector)
 	srv.SetBroker(broker)
 	log.Info("ready to accept commands")
 
