@@ -48,6 +48,15 @@
 // (produce or delayed), reads its RSS, SIGKILLs it, starts it again on the
 // same directory and measures the time from that exec until it serves.
 //
+// # Churn
+//
+// RunChurn is the proof of the segment collector (package gc): it fills a
+// standing backlog of delayed jobs, churns Count jobs through the server
+// (added, delivered, acked) beside it, samples the data directory, waits
+// for the collector to catch up, checks the directory against 3 × the live
+// bytes + 2 segments, verifies every backlog job and its body with JSCAN,
+// then SIGKILLs and restarts the server and verifies them again.
+//
 // # Charts and progress
 //
 // WriteChart draws a matrix's results as grouped bars (ops/s or p99 per

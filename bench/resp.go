@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 )
 
@@ -209,7 +210,7 @@ func parseInt(b []byte) (int64, error) {
 	if neg {
 		b = b[1:]
 	}
-	if len(b) == 0 || len(b) > 18 {
+	if len(b) == 0 || len(b) > 19 {
 		return 0, fmt.Errorf("%w: bad integer %q", ErrProtocol, orig)
 	}
 	var n int64
@@ -217,7 +218,11 @@ func parseInt(b []byte) (int64, error) {
 		if c < '0' || c > '9' {
 			return 0, fmt.Errorf("%w: bad integer %q", ErrProtocol, orig)
 		}
-		n = n*10 + int64(c-'0')
+		d := int64(c - '0')
+		if n > (math.MaxInt64-d)/10 {
+			return 0, fmt.Errorf("%w: integer %q overflows int64", ErrProtocol, orig)
+		}
+		n = n*10 + d
 	}
 	if neg {
 		n = -n

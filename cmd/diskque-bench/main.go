@@ -1,6 +1,9 @@
 // Command diskque-bench measures a diskque (or redis) server's throughput
 // and latency, or with --matrix starts servers in every persistence mode
-// and compares them. The work is done by package bench.
+// and compares them, or with --churn runs the segment collector's proof
+// benchmark (a delayed backlog beside a churn of acked jobs, the data
+// directory against its bound, the backlog verified across a SIGKILL).
+// The work is done by package bench.
 package main
 
 import (
@@ -13,6 +16,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/diskque/diskque/bench"
 )
@@ -40,20 +44,25 @@ func run() error {
 		timeout   = flag.Duration("timeout", d.Timeout, "fail when one batch takes longer than this")
 		jsonPath  = flag.String("json", "", "append one JSON line per run to this file")
 		matrix    = flag.Bool("matrix", false, "start diskque in every persistence mode and redis, run produce and consume at pipeline 1 and 16 against each, print a comparison")
-		serverBin = flag.String("server", "bin/diskque-server", "--matrix: diskque-server binary")
+		serverBin = flag.String("server", "bin/diskque-server", "--matrix, restart and --churn: diskque-server binary")
 		redisBin  = flag.String("redis", "/usr/bin/redis-server", "--matrix: redis-server binary")
 		horizon   = flag.Duration("horizon", bench.DefaultHorizon, "delayed: spread the delays uniformly over this span")
 		fill      = flag.String("fill", "produce", "restart: fill with produce (ready jobs) or delayed (over --horizon)")
-		srvArgs   = flag.String("server-args", "", "restart: extra diskque-server flags, space-separated (e.g. \"--appendfsync always\")")
+		srvArgs   = flag.String("server-args", "", "restart and --churn: extra diskque-server flags, space-separated (e.g. \"--appendfsync always\")")
 		progress  = flag.Bool("progress", false, "show a progress line on stderr for runs over 2s (default: only when stderr is a terminal)")
 		modes     = flag.String("modes", strings.Join(bench.ModeKeys, ","), "--matrix: the modes to run, comma-separated")
 		chart     = flag.String("chart", "", "--matrix: write a grouped bar chart of ops/s to this .svg or .png file")
 		chartP99  = flag.String("chart-p99", "", "--matrix: write a grouped bar chart of p99 latency to this .svg or .png file")
+		churn     = flag.Bool("churn", false, "start --server with --server-args, add --backlog delayed jobs (over --horizon), churn --count jobs (added, delivered, acked; default 2000000) of --body bytes (default 1024) beside them, wait up to --catch-up for the data directory to fall within 3 × live + 2 segments, verify the backlog, SIGKILL, restart, verify again")
+		backlog   = flag.Int64("backlog", 100_000, "--churn: delayed jobs that sit beside the churn")
+		catchUp   = flag.Duration("catch-up", 2*time.Minute, "--churn: give up waiting for the collector once the data directory has not shrunk for this long")
 	)
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *count == 0 && *duration == 0 {
 		*count = d.Count
 	}
@@ -73,6 +82,45 @@ func run() error {
 		}
 		defer f.Close()
 		jsonOut = f
+	}
+
+	if *churn {
+		// Flags left unset take the churn's own defaults (bench.ChurnOptions),
+		// not those of a single run: 2M jobs of 1 KiB, pipeline 16.
+		o := bench.ChurnOptions{
+			ServerBin: *serverBin, Args: strings.Fields(*srvArgs), Backlog: *backlog,
+			Clients: *clients, Horizon: *horizon, Timeout: *timeout, CatchUp: *catchUp,
+			Progress: os.Stderr, RunProgress: live,
+		}
+		if set["count"] {
+			o.Count = *count
+		}
+		if set["body"] {
+			o.BodySize = *body
+		}
+		if set["pipeline"] {
+			o.Pipeline = *pipeline
+		}
+		if set["queue"] {
+			o.Queue = *queue
+		}
+		res, err := bench.RunChurn(ctx, o)
+		if res != nil {
+			fmt.Print(bench.ChurnTable(o, res))
+			if jsonOut != nil {
+				for _, r := range []*bench.Result{res.Fill, res.Churn} {
+					if r != nil {
+						err = errors.Join(err, bench.WriteJSONLine(jsonOut, r))
+					}
+				}
+			}
+			// The bound is the benchmark's verdict: a directory over it
+			// fails the command, so scripts need not parse the table.
+			if err == nil && !res.Pass {
+				err = fmt.Errorf("churn: data directory %d bytes after the catch-up, over its bound of %d", res.FinalBytes, res.Bound)
+			}
+		}
+		return err
 	}
 
 	if *matrix {
