@@ -595,7 +595,6 @@ func (o *ChurnOptions) scanBacklog(addr, body string) (BacklogCheck, error) {
 	return c, nil
 }
 
-
 // showFields maps a SHOW-style array's field names to their values.
 func showFields(v Value) map[string]Value {
 	m := make(map[string]Value, len(v.Array)/2)
