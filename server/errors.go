@@ -50,9 +50,12 @@ func errorReply(err error) string {
 	case errors.Is(err, queue.ErrPaused):
 		return errPausedIn
 	case errors.Is(err, queue.ErrClosed), errors.Is(err, storage.ErrClosed):
-		return errShuttingDown
+		// The server closes its connections before the broker, so a
+		// closed broker under a live connection is the daemon swapping
+		// in a reopened store after a disk failure: retry shortly.
+		return errLoading
 	case errors.Is(err, storage.ErrFailed):
-		return "IOERR the append-only file failed; writes are refused until the server restarts: " + oneLine(err.Error())
+		return "IOERR the append-only file failed; writes are refused until the disk works again: " + oneLine(err.Error())
 	}
 	msg := err.Error()
 	for _, prefix := range []string{"queue: ", "storage: "} {

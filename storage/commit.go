@@ -96,15 +96,13 @@ func (p Pending) Wait() error {
 		return p.err
 	}
 	s := p.s
-	if err := s.log.Wait(p.end); err != nil {
-		s.fail(err)
-		return err
+	err := s.log.Wait(p.end)
+	if err == nil && p.sync {
+		err = s.log.WaitSynced(p.end)
 	}
-	if p.sync {
-		if err := s.log.WaitSynced(p.end); err != nil {
-			s.fail(err)
-			return err
-		}
+	if err != nil {
+		s.fail(err)
+		return fmt.Errorf("%w: %w", ErrFailed, err)
 	}
 	return nil
 }
@@ -178,6 +176,7 @@ func (s *Store) apply(ops []*op, res []Result) Pending {
 		// (which replays them) makes the two agree again.
 		s.failLocked(failure)
 		s.mu.Unlock()
+		failure = fmt.Errorf("%w: %w", ErrFailed, failure)
 		failApplied(res, failure)
 		return Pending{err: failure}
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/diskque/diskque/gc"
-	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/server"
 	"github.com/diskque/diskque/storage"
 )
@@ -127,35 +126,16 @@ func run(cfg config) error {
 		sopts.FS = vfs.NewMem()
 		dir = "mem"
 	}
-	st, err := storage.Open(dir, sopts)
-	if err != nil {
-		srv.Close()
-		return fmt.Errorf("open %s: %w", cfg.Dir, err)
-	}
-	ri := st.RecoveryInfo()
-	stats := st.Stats()
-	log.Info("storage ready", "node", st.NodeID(), "jobs", stats.Jobs, "queued", stats.Queued,
-		"replayed_records", ri.Records, "recovery", ri.Duration.String())
-	broker, err := queue.New(queue.Options{Store: st, Logger: log})
-	if err != nil {
-		srv.Close()
-		st.Close()
-		return err
-	}
 	gcOpts := gc.Options{Interval: time.Duration(cfg.GCInterval) * time.Second, MinLiveRatio: cfg.GCMinLiveRatio, Logger: log}
 	if cfg.GCInterval == 0 {
 		gcOpts.Interval = -1
 	}
-	collector, err := gc.New(st, gcOpts)
-	if err != nil {
+	n := newNode(dir, sopts, gcOpts, srv, log)
+	if err := n.open(); err != nil {
 		srv.Close()
-		broker.Close()
-		st.Close()
 		return err
 	}
-	go broker.Run()
-	srv.SetCollector(collector)
-	srv.SetBroker(broker)
+	go n.run()
 	log.Info("ready to accept commands")
 
 	var serveErr error
@@ -170,9 +150,9 @@ func run(cfg config) error {
 	// Stop accepting and close connections (commands in flight finish and
 	// their replies are durable), then stop the timers, then checkpoint.
 	srv.Close()
-	collector.Close() // a running collection finishes; what it moved is safe
-	broker.Close()
-	if err := st.Close(); err != nil {
+	// A running collection finishes (what it moved is safe), the timers
+	// stop, the store checkpoints.
+	if err := n.close(); err != nil {
 		return fmt.Errorf("close storage: %w", err)
 	}
 	log.Info("bye")

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/gc"
+	"github.com/diskque/diskque/queue"
+	"github.com/diskque/diskque/server"
+	"github.com/diskque/diskque/storage"
+)
+
+// node is the part of the daemon that a disk failure can take down and a
+// reopen brings back: the store, the broker over it and the segment
+// collector. The listener and the connections outlive it.
+//
+// When the AOF fails (a write or fsync error: ENOSPC, EIO) the store fails
+// for good — after a failed fsync the file's state is unknown — and refuses
+// every write with -IOERR, while reads keep being served from it. The node
+// then probes the data directory every RetryInterval; once a probe file can
+// be written and fsynced again it swaps the store out for a fresh one opened
+// on the same directory: clients get -LOADING for the moment of the swap,
+// the new store replays exactly what is durable, and writes resume. Nothing
+// that was acknowledged is lost: an acknowledged write was written (and,
+// under appendfsync always, fsynced) before its reply.
+type node struct {
+	dir    string
+	sopts  storage.Options
+	gcOpts gc.Options
+	srv    *server.Server
+	log    *slog.Logger
+	// RetryInterval is how often a failed node probes its disk.
+	retry time.Duration
+
+	mu        sync.Mutex // guards the three below against a concurrent close
+	st        *storage.Store
+	broker    *queue.Broker
+	collector *gc.Collector
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	started  atomic.Bool // run was started: close waits for done
+	done     chan struct{}
+	reopens  int // guarded by mu; for tests and logs
+}
+
+func newNode(dir string, sopts storage.Options, gcOpts gc.Options, srv *server.Server, log *slog.Logger) *node {
+	return &node{dir: dir, sopts: sopts, gcOpts: gcOpts, srv: srv, log: log, retry: time.Second,
+		stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// open opens the store, the broker and the collector and hands them to the
+// server, which then serves (until then it answers -LOADING).
+func (n *node) open() error {
+	st, err := storage.Open(n.dir, n.sopts)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", n.dir, err)
+	}
+	ri := st.RecoveryInfo()
+	stats := st.Stats()
+	n.log.Info("storage ready", "node", st.NodeID(), "jobs", stats.Jobs, "queued", stats.Queued,
+		"replayed_records", ri.Records, "recovery", ri.Duration.String())
+	broker, err := queue.New(queue.Options{Store: st, Logger: n.log})
+	if err != nil {
+		st.Close()
+		return err
+	}
+	collector, err := gc.New(st, n.gcOpts)
+	if err != nil {
+		broker.Close()
+		st.Close()
+		return err
+	}
+	go broker.Run()
+	n.mu.Lock()
+	n.st, n.broker, n.collector = st, broker, collector
+	n.mu.Unlock()
+	n.srv.SetCollector(collector)
+	n.srv.SetBroker(broker)
+	return nil
+}
+
+// run watches the store until stop: when it fails, it waits for the disk
+// to work again and reopens the node. It returns once stop is closed.
+func (n *node) run() {
+	n.started.Store(true)
+	defer close(n.done)
+	for {
+		n.mu.Lock()
+		st := n.st
+		n.mu.Unlock()
+		select {
+		case <-n.stop:
+			return
+		case <-st.Failed():
+		}
+		n.log.Error("the append-only file failed: writes are refused until the disk works again",
+			"err", st.Err(), "dir", n.dir, "retry_every", n.retry)
+		if !n.recover() {
+			return
+		}
+	}
+}
+
+// recover probes the disk until it works, then reopens the node; false if
+// stop came first.
+func (n *node) recover() bool {
+	t := time.NewTicker(n.retry)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return false
+		case <-t.C:
+		}
+		if err := probeDisk(n.sopts.FS, n.dir); err != nil {
+			n.log.Debug("disk probe failed", "err", err)
+			continue
+		}
+		n.log.Info("the disk accepts writes again: reopening the store")
+		n.srv.SetBroker(nil) // -LOADING while the store is swapped
+		if err := n.closeParts(); err != nil {
+			n.log.Warn("closing the failed store", "err", err)
+		}
+		if err := n.open(); err != nil {
+			n.log.Error("reopening the store failed; retrying", "err", err)
+			continue
+		}
+		n.mu.Lock()
+		n.reopens++
+		n.mu.Unlock()
+		n.log.Info("ready to accept commands again")
+		return true
+	}
+}
+
+// probeDisk writes, fsyncs and removes a small file in dir: the smallest
+// proof that the AOF could be written again.
+func probeDisk(fs vfs.FS, dir string) error {
+	path := fs.PathJoin(dir, "probe.tmp")
+	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(make([]byte, 64<<10))
+	if err == nil {
+		err = f.Sync()
+	}
+	err = errors.Join(err, f.Close(), fs.Remove(path))
+	return err
+}
+
+// closeParts closes the collector, the broker and the store, in that
+// order. A failed store skips its checkpoint: the next open replays.
+func (n *node) closeParts() error {
+	n.mu.Lock()
+	st, broker, collector := n.st, n.broker, n.collector
+	n.st, n.broker, n.collector = nil, nil, nil
+	n.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	collector.Close()
+	broker.Close()
+	return st.Close()
+}
+
+// close stops watching and closes the node. The server must be closed
+// first, so that no command is running.
+// close may be called more than once.
+func (n *node) close() error {
+	n.stopOnce.Do(func() { close(n.stop) })
+	if n.started.Load() {
+		<-n.done
+	}
+	return n.closeParts()
+}

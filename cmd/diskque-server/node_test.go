@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/diskque/diskque/gc"
+	"github.com/diskque/diskque/server"
+	"github.com/diskque/diskque/storage"
+	"github.com/diskque/diskque/wal"
+	"github.com/redis/go-redis/v9"
+)
+
+// failingDisk injects err into every write under the data directory while
+// it is set: a full disk (ENOSPC) or a dying one (EIO).
+type failingDisk struct{ err atomic.Pointer[error] }
+
+func (d *failingDisk) set(err error) {
+	if err == nil {
+		d.err.Store(nil)
+		return
+	}
+	d.err.Store(&err)
+}
+
+func (d *failingDisk) String() string { return "failing disk" }
+
+func (d *failingDisk) MaybeError(op errorfs.Op) error {
+	if e := d.err.Load(); e != nil && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+		return *e
+	}
+	return nil
+}
+
+// startNode runs a server and a node over fs/dir in this process, on a real
+// directory and 127.0.0.1, with appendfsync always.
+func startNode(t *testing.T, fs vfs.FS, dir string) (*node, *server.Server, *redis.Client) {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	srv := server.New(server.Options{Logger: log})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	sopts := storage.DefaultOptions()
+	sopts.FS, sopts.Sync, sopts.Logger = fs, wal.SyncAlways, log
+	sopts.SegmentSize, sopts.MemTableSize, sopts.CacheSize = 64<<10, 1<<20, 1<<20
+	n := newNode(dir, sopts, gc.Options{Interval: -1, Logger: log}, srv, log)
+	n.retry = 10 * time.Millisecond
+	if err := n.open(); err != nil {
+		t.Fatal(err)
+	}
+	go n.run()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 8})
+	t.Cleanup(func() {
+		c.Close()
+		srv.Close()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		if err := n.close(); err != nil {
+			t.Errorf("close node: %v", err)
+		}
+	})
+	return n, srv, c
+}
+
+// TestDiskFailureRefusesWritesThenRecovers: producers add jobs under
+// appendfsync always while the disk fills up (ENOSPC) or fails (EIO).
+// Writes get -IOERR and reads go on; once the disk works again the daemon
+// reopens its store by itself and writes resume; every job whose ADDJOB got
+// an id is there, then and after a restart.
+func TestDiskFailureRefusesWritesThenRecovers(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"ENOSPC", syscall.ENOSPC},
+		{"EIO", syscall.EIO},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testDiskFailure(t, tc.err) })
+	}
+}
+
+func testDiskFailure(t *testing.T, diskErr error) {
+	dir := t.TempDir()
+	disk := &failingDisk{}
+	fs := errorfs.Wrap(vfs.Default, disk)
+	n, _, c := startNode(t, fs, dir)
+	ctx := context.Background()
+
+	var mu sync.Mutex
+	var acked []string
+	ioerrs := atomic.Int64{}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for p := range 4 {
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				id, err := c.Do(ctx, "ADDJOB", "q", strings.Repeat("x", 200)+string(rune('a'+p)), 0).Text()
+				switch {
+				case err == nil:
+					mu.Lock()
+					acked = append(acked, id)
+					mu.Unlock()
+				case strings.HasPrefix(err.Error(), "IOERR "):
+					ioerrs.Add(1)
+				case strings.HasPrefix(err.Error(), "LOADING "):
+				default:
+					t.Errorf("producer %d: ADDJOB: %v", p, err)
+					return
+				}
+			}
+		})
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked)
+	}
+	waitUntil(t, 10*time.Second, "jobs to be added", func() bool { return count() >= 200 })
+	disk.set(diskErr)
+	waitUntil(t, 10*time.Second, "ADDJOB to fail with -IOERR", func() bool { return ioerrs.Load() > 0 })
+	// While the disk is failing: writes are refused, reads are served.
+	before := count()
+	mu.Lock()
+	first := acked[0]
+	mu.Unlock()
+	if v, err := c.Do(ctx, "SHOW", first).Slice(); err != nil || len(v) != 30 {
+		t.Fatalf("SHOW while the disk fails: %v, %v", v, err)
+	}
+	if _, err := c.Do(ctx, "QLEN", "q").Int64(); err != nil {
+		t.Fatalf("QLEN while the disk fails: %v", err)
+	}
+	if err := c.Do(ctx, "ADDJOB", "q", "more", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "IOERR ") {
+		t.Fatalf("ADDJOB while the disk fails: %v, want -IOERR", err)
+	}
+	// The disk recovers: the daemon reopens the store and writes resume.
+	disk.set(nil)
+	waitUntil(t, 20*time.Second, "ADDJOB to succeed again", func() bool { return count() > before+100 })
+	stop.Store(true)
+	wg.Wait()
+	n.mu.Lock()
+	reopens := n.reopens
+	n.mu.Unlock()
+	if reopens != 1 {
+		t.Fatalf("the node reopened %d times, want 1", reopens)
+	}
+	check := func(c *redis.Client) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range acked {
+			if err := c.Do(ctx, "SHOW", id).Err(); err != nil {
+				t.Fatalf("job %s, acknowledged, is gone: %v", id, err)
+			}
+		}
+		if got, err := c.Do(ctx, "QLEN", "q").Int64(); err != nil || got < int64(len(acked)) {
+			t.Fatalf("QLEN %d (%v), but %d adds were acknowledged", got, err, len(acked))
+		}
+	}
+	check(c)
+	t.Logf("%d jobs acknowledged, %d ADDJOBs refused with -IOERR", count(), ioerrs.Load())
+	// And after a restart on the same directory.
+	if err := n.close(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, c2 := startNode(t, vfs.Default, dir)
+	check(c2)
+}
+
+// TestNodeOpenFailsCleanly: a store that cannot open (here: the directory
+// is a file) is an error, not a hang or a half-open node.
+func TestNodeOpenFailsCleanly(t *testing.T) {
+	dir := t.TempDir() + "/file"
+	if err := vfs.Default.MkdirAll(t.TempDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := vfs.Default.Create(dir, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	log := slog.New(slog.DiscardHandler)
+	sopts := storage.DefaultOptions()
+	sopts.Logger = log
+	n := newNode(dir, sopts, gc.Options{Interval: -1, Logger: log}, server.New(server.Options{Logger: log}), log)
+	if err := n.open(); err == nil {
+		t.Fatalf("open on a file: %v", err)
+	}
+	if err := n.closeParts(); err != nil {
+		t.Fatal(err)
+	}
+}
