@@ -327,3 +327,65 @@ func TestIdleEmptyQueuesAreForgotten(t *testing.T) {
 		t.Fatalf("after the sweep: %v", names)
 	}
 }
+
+// TestFlushAllStartsAfresh: after FlushAll the heads hold nothing (a head
+// refilled from disk would have served deleted jobs), no timer of a flushed
+// job fires, a blocked client is served by the next ADDJOB, and jobs added
+// after the flush, delayed ones included, behave.
+func TestFlushAllStartsAfresh(t *testing.T) {
+	f := newFixture(t, 4)
+	start := f.clock.ms.Load()
+	for i := range 20 {
+		f.add("q", fmt.Sprint("old", i), nil)
+	}
+	f.add("q", "old delayed", func(r *AddRequest) { r.Delay = 5 })
+	if _, err := f.b.Pause("p", storage.PauseAll); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []Delivered, 1)
+	go func() {
+		d, err := f.b.GetJobs(context.Background(), GetRequest{Queues: []string{"w"}, Count: 1, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- d
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.b.Stats().BlockedClients != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the GETJOB never blocked")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := f.b.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.b.QueueLen("q"); n != 0 {
+		t.Fatalf("QLEN %d after FlushAll", n)
+	}
+	if d := f.get(10, "q"); len(d) != 0 {
+		t.Fatalf("GETJOB after FlushAll served %q", bodies(d))
+	}
+	if p := f.b.PauseState("p"); p != storage.PauseNone {
+		t.Fatalf("pause %v after FlushAll", p)
+	}
+	newDelayed := f.add("q", "new delayed", func(r *AddRequest) { r.Delay = 5 })
+	f.add("q", "new", nil)
+	f.clock.set(start + 6_000)
+	if err := f.b.Tick(start + 6_000); err != nil {
+		t.Fatal(err)
+	}
+	if got := bodies(f.get(10, "q")); got != "new delayed new " { // ctime order
+		t.Fatalf("after FlushAll and the delay: %q", got)
+	}
+	if j, _, err := f.b.Job(newDelayed); err != nil || j.State != storage.StateActive {
+		t.Fatalf("new delayed job: %+v, %v", j, err)
+	}
+	f.add("w", "for the waiter", nil)
+	if d := <-got; len(d) != 1 || string(d[0].Body) != "for the waiter" {
+		t.Fatalf("blocked client got %+v", d)
+	}
+	if n := f.st.Stats().Jobs; n != 3 {
+		t.Fatalf("%d jobs, want the 3 added after the flush", n)
+	}
+}

@@ -286,30 +286,22 @@ func (b *Broker) Pause(name string, p storage.PauseState) (storage.PauseState, e
 // PauseState returns a queue's pause state.
 func (b *Broker) PauseState(name string) storage.PauseState { return b.st.PauseState(name) }
 
-// FlushAll deletes every job and lifts every pause (DEBUG FLUSHALL).
+// FlushAll deletes every job and lifts every pause (DEBUG FLUSHALL): one
+// store record of range deletions, whatever the number of jobs, and the
+// broker's heads and timers start afresh. Blocked GETJOB clients keep
+// waiting.
 func (b *Broker) FlushAll() error {
-	for {
-		jobs, err := b.st.ScanJobs("", 1024)
-		if err != nil {
-			return wrapStore(err)
-		}
-		if len(jobs) == 0 {
-			break
-		}
-		ids := make([]string, len(jobs))
-		for i, j := range jobs {
-			ids[i] = j.ID
-		}
-		if _, err := b.DelJob(ids); err != nil {
-			return err
-		}
+	b.mu.Lock()
+	if err := b.checkOpenLocked(); err != nil {
+		b.mu.Unlock()
+		return err
 	}
-	for _, q := range b.st.Queues("", 1<<30) {
-		if q.Pause != storage.PauseNone {
-			if _, err := b.Pause(q.Name, storage.PauseNone); err != nil {
-				return err
-			}
-		}
+	p := b.st.FlushAll()
+	for _, q := range b.queues {
+		q.head = NewHead(b.opts.HeadSize) // complete and empty, like the queue
 	}
-	return nil
+	b.wheel = NewWheel(b.nowMillis())
+	b.cursor, b.loader = storage.Event{}, loaderDone
+	b.mu.Unlock()
+	return wrapStore(p.Wait())
 }

@@ -45,6 +45,15 @@ func (c *jobCache) put(j *Job) {
 	c.m[j.ID] = j
 }
 
+// reset forgets every job.
+func (c *jobCache) reset() {
+	if c != nil {
+		clear(c.m)
+		clear(c.ring)
+		c.next = 0
+	}
+}
+
 // drop forgets a deleted job. Its ring slot stays until reused.
 func (c *jobCache) drop(id string) {
 	if c != nil {

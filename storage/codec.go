@@ -28,6 +28,9 @@ const (
 	// emptying; the job's body location becomes this record. It applies
 	// only if the job's body is still at the source LSN.
 	recMove wal.RecordType = 12
+	// recFlush: no payload. Every job and pause state is deleted (DEBUG
+	// FLUSHALL); the node id stays.
+	recFlush wal.RecordType = 13
 )
 
 // ErrBadRecord is returned when an AOF record's payload does not decode.
@@ -87,6 +90,8 @@ func encodeOp(dst []byte, o *op) []byte {
 		return append(dst, o.queue...)
 	case recNode:
 		return append(dst, o.node...)
+	case recFlush:
+		return dst
 	case recMove:
 		dst = append(dst, o.id...)
 		dst = binary.AppendUvarint(dst, uint64(o.src))
@@ -141,6 +146,7 @@ func decodeOp(typ wal.RecordType, payload []byte) (*op, error) {
 		}
 	case recNode:
 		o.node = string(d.rest())
+	case recFlush:
 	case recMove:
 		o.id = d.id()
 		o.src = wal.LSN(d.uvarint())

@@ -214,7 +214,7 @@ func failApplied(res []Result, err error) {
 // its next state with transition. Records that are not about one job resolve
 // to nil, nil.
 func (s *Store) resolve(r pebble.Reader, overlay map[string]*Job, o *op) (old, nj *Job, err error) {
-	if o.typ == recNode || o.typ == recPause {
+	if o.typ == recNode || o.typ == recPause || o.typ == recFlush {
 		return nil, nil, nil
 	}
 	if j, ok := overlay[o.id]; ok {
@@ -249,6 +249,8 @@ func (s *Store) write(b *pebble.Batch, o *op, old, nj *Job, lsn wal.LSN) error {
 	case recNode:
 		s.nodeID = o.node
 		return b.Set(keyNodeID, []byte(o.node), nil)
+	case recFlush:
+		return s.flushAll(b)
 	case recPause:
 		if o.pause == PauseNone {
 			delete(s.paused, o.queue)
@@ -270,6 +272,27 @@ func (s *Store) write(b *pebble.Batch, o *op, old, nj *Job, lsn wal.LSN) error {
 		s.cache.drop(old.ID)
 	}
 	return s.putJob(b, old, nj)
+}
+
+// flushAll adds to b the deletion of every job and pause state: one range
+// deletion per key family instead of a point deletion per key, so that
+// flushing ten million jobs is one small batch, and Pebble drops the
+// covered keys wholesale when it compacts. The derived counters start from
+// zero; every AOF segment before this record holds only dead bodies now.
+func (s *Store) flushAll(b *pebble.Batch) error {
+	var errs []error
+	for _, p := range []byte{prefixJob, prefixQueue, prefixSchedule, prefixCount, prefixSegment, prefixPause} {
+		errs = append(errs, b.DeleteRange([]byte{p}, []byte{p + 1}, nil))
+	}
+	clear(s.queued)
+	clear(s.paused)
+	clear(s.segments)
+	// Counters dirtied earlier in the batch were deleted by the ranges.
+	clear(s.dirtyQueues)
+	clear(s.dirtySegments)
+	s.jobs = 0
+	s.cache.reset()
+	return errors.Join(errs...)
 }
 
 // putJob writes the index changes that take a job from old to nj (either may

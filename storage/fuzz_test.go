@@ -51,6 +51,7 @@ func fuzzSeedOps() []*op {
 		{typ: recPause, queue: "", pause: PauseNone},
 		{typ: recNode, node: NewNodeID()},
 		{typ: recNode},
+		{typ: recFlush},
 		{typ: recMove, id: fuzzJobID, src: 1 << 40, body: []byte("hello"), bodySize: 5},
 		{typ: recMove, id: fuzzJobID, src: 0, body: stored, compressed: compressed, bodySize: uint32(len(big))},
 	}

@@ -47,6 +47,20 @@ func (s *Store) addOp(j *Job, body []byte) (*op, error) {
 	return &op{typ: recAdd, id: j.ID, job: &jc, body: stored, compressed: compressed}, nil
 }
 
+// FlushAll deletes every job and every pause state (DEBUG FLUSHALL) with
+// one AOF record and one index batch of range deletions, whatever the number
+// of jobs. Like Apply it returns once the change is applied; Pending.Wait
+// waits for its durability. The next checkpoint removes every AOF segment
+// written before it.
+func (s *Store) FlushAll() Pending {
+	res := make([]Result, 1)
+	p := s.apply([]*op{{typ: recFlush}}, res)
+	if p.err == nil && res[0].Err != nil {
+		p.err = res[0].Err
+	}
+	return p
+}
+
 // Queue puts an active (delayed, delivered, replicated) or wait-repl job in
 // its queue, with its next requeue at qtime (ignored for RETRY 0 jobs): the
 // DELAY ran out, ENQUEUE, or replication completed.
