@@ -25,7 +25,18 @@
 // Limits: MaxClients connections, MaxJobSize bytes of ADDJOB body (checked
 // before the job reaches the broker, also inside a pipeline), MinFreeDisk
 // (-NOSPACE) and MaxMemory (-OOM), measured in the background (guard.go):
-// they refuse only new jobs, and lift by themselves.
+// they refuse only new jobs, and lift by themselves. Input is bounded before
+// redcon buffers it (inputlimit.go): a request announcing a bulk string
+// longer than max-job-size + 1 MiB, more than 1,048,576 arguments or an
+// inline line over 64 KiB gets Redis's protocol error and the connection is
+// closed; before AUTH (with a password set) the limits are Redis's 10
+// arguments and 16 KiB. (Commands pipelined in the same read as AUTH are
+// still held to the small limits.)
+//
+// A store that failed (an AOF write or fsync error) answers writes with
+// -IOERR and still serves reads; the daemon reopens it once the disk works
+// again (cmd/diskque-server node.go), and commands caught by that swap get
+// -LOADING.
 //
 // Configuration: the daemon owns its directives and config file and hands
 // the server a Config (Options.Config). CONFIG GET glob lists matching
@@ -45,8 +56,11 @@
 //
 // INFO has a Storage section of its own between Disque's Stats and CPU:
 // AOF segments, aof_bytes, live bodies and bytes and their ratio,
-// applied_lsn, and the Pebble index's size, L0 files, memtable bytes and
-// block cache hit rate. CPU stays last, as in Disque, because disqueue-node
+// applied_lsn, the Pebble index's size, L0 files, memtable bytes and block
+// cache hit rate, and the segment collector's gc_* counters (collections,
+// segments rewritten and removed, bodies and bytes moved, bytes reclaimed).
+// BGREWRITEAOF starts a full collection (package gc) and replies at once;
+// Persistence's aof_rewrite_in_progress follows it. CPU stays last, as in Disque, because disqueue-node
 // drops the last line of the last section (cmdInfo says how): it loses
 // used_cpu_user_children, as it does with Disque, and no Storage field.
 //

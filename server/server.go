@@ -207,6 +207,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 		return errors.New("server: closed")
 	}
+	ln = limitListener{Listener: ln, s: s}
 	s.ln = ln
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok {
 		s.port = tcp.Port
@@ -258,6 +259,9 @@ func (s *Server) accept(conn redcon.Conn) bool {
 	now := time.Now()
 	c := &client{id: s.nextID.Add(1), addr: conn.RemoteAddr(), netConn: conn.NetConn(), created: now, lastActive: now}
 	conn.SetContext(c)
+	if lc, ok := c.netConn.(*limitConn); ok {
+		lc.client.Store(c)
+	}
 	s.conns.Add(1)
 	s.mu.Lock()
 	switch {
