@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -277,27 +276,12 @@ func RunChurn(ctx context.Context, o ChurnOptions) (res *ChurnResult, err error)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "diskque-churn-")
+	sc, err := startScratch(ctx, "diskque-churn-", bin, o.Args, o.ReadyTimeout, o.Progress)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if rmErr := os.RemoveAll(dir); rmErr != nil && err == nil {
-			err = rmErr
-		}
-	}()
-	cfg := ServerConfig{Target: TargetDiskque, Bin: bin, Dir: dir, Args: o.Args, ReadyTimeout: o.ReadyTimeout}
-	fmt.Fprintf(o.Progress, "starting %s %q (dir %s)\n", bin, o.Args, dir)
-	srv, err := StartServer(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	killed := false
-	defer func() {
-		if !killed {
-			_ = srv.Kill()
-		}
-	}()
+	defer sc.close(&err)
+	srv, dir := sc.srv, sc.cfg.Dir
 
 	res = &ChurnResult{RSSBytes: -1, RestartRSS: -1, StoredLive: -1, SegmentSize: o.SegmentSize}
 	res.LiveBytes = o.Backlog * int64(o.BodySize)
@@ -354,31 +338,17 @@ func RunChurn(ctx context.Context, o ChurnOptions) (res *ChurnResult, err error)
 	}
 
 	// 5. SIGKILL and restart.
-	if rss, err := processRSS(srv.Pid()); err == nil {
-		res.RSSBytes = rss
-	}
-	killed = true
-	if err := srv.Kill(); err != nil {
+	if res.RSSBytes, res.KilledBytes, err = sc.kill(); err != nil {
 		return res, err
 	}
-	res.KilledBytes = dirSize(dir)
 	fmt.Fprintf(o.Progress, "killed (SIGKILL) with RSS %s; data dir %s; restarting\n", mb(res.RSSBytes), mb(res.KilledBytes))
 	if lines, n := srv.Notable(); n > 0 {
 		fmt.Fprintf(o.Progress, "the server logged %d warnings or errors, first: %q\n", n, lines)
 	}
-	port, err := freePort()
+	srv2, err := sc.restart()
 	if err != nil {
 		return res, err
 	}
-	srv2, err := spawn(cfg, port)
-	if err != nil {
-		return res, err
-	}
-	defer func() {
-		if stopErr := srv2.Stop(); stopErr != nil {
-			err = errors.Join(err, stopErr)
-		}
-	}()
 	// waitServing with a delayed fill waits for INFO loading:0 and reads
 	// the QLEN of the queue named: the churn's, which should be empty.
 	var ready RestartResult

@@ -107,27 +107,12 @@ func RunRestart(ctx context.Context, o RestartOptions) (res *RestartResult, err 
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "diskque-restart-")
+	sc, err := startScratch(ctx, "diskque-restart-", bin, o.Args, o.ReadyTimeout, o.Progress)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if rmErr := os.RemoveAll(dir); rmErr != nil && err == nil {
-			err = rmErr
-		}
-	}()
-	cfg := ServerConfig{Target: TargetDiskque, Bin: bin, Dir: dir, Args: o.Args, ReadyTimeout: o.ReadyTimeout}
-	fmt.Fprintf(o.Progress, "starting %s %q (dir %s)\n", bin, o.Args, dir)
-	srv, err := StartServer(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	killed := false
-	defer func() {
-		if !killed {
-			_ = srv.Kill()
-		}
-	}()
+	defer sc.close(&err)
+	srv := sc.srv
 
 	res = &RestartResult{RSSBytes: -1}
 	fill := Options{
@@ -146,30 +131,15 @@ func RunRestart(ctx context.Context, o RestartOptions) (res *RestartResult, err 
 	if res.Jobs, err = QueueLen(srv.Addr, TargetDiskque, o.Queue); err != nil {
 		return res, err
 	}
-	if rss, err := processRSS(srv.Pid()); err == nil {
-		res.RSSBytes = rss
-	}
-	killed = true
-	if err := srv.Kill(); err != nil {
+	if res.RSSBytes, res.DataBytes, err = sc.kill(); err != nil {
 		return res, err
 	}
-	res.DataBytes = dirSize(dir)
 	fmt.Fprintf(o.Progress, "killed (SIGKILL) with RSS %.1f MB, QLEN %d; data dir %.1f MB; restarting\n",
 		float64(res.RSSBytes)/1e6, res.Jobs, float64(res.DataBytes)/1e6)
-
-	port, err := freePort()
+	srv2, err := sc.restart()
 	if err != nil {
 		return res, err
 	}
-	srv2, err := spawn(cfg, port)
-	if err != nil {
-		return res, err
-	}
-	defer func() {
-		if stopErr := srv2.Stop(); stopErr != nil {
-			err = errors.Join(err, stopErr)
-		}
-	}()
 	if err := srv2.waitServing(ctx, o, res); err != nil {
 		return res, fmt.Errorf("bench: restart: %w; its output ends:\n%s", err, srv2.Output())
 	}
@@ -253,6 +223,73 @@ func processRSS(pid int) (int64, error) {
 }
 
 // dirSize sums the sizes of the regular files under dir.
+// scratch is a diskque-server the bench started on a temporary directory,
+// to kill and restart it there.
+type scratch struct {
+	cfg ServerConfig
+	srv *Server // running; nil once killed
+	// again is the server restarted on the same directory, if any.
+	again *Server
+}
+
+// startScratch starts bin on a new temporary directory (prefix names it)
+// and waits until it is ready. close removes everything.
+func startScratch(ctx context.Context, prefix, bin string, args []string, ready time.Duration, progress io.Writer) (*scratch, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
+	}
+	sc := &scratch{cfg: ServerConfig{Target: TargetDiskque, Bin: bin, Dir: dir, Args: args, ReadyTimeout: ready}}
+	fmt.Fprintf(progress, "starting %s %q (dir %s)\n", bin, args, dir)
+	if sc.srv, err = StartServer(ctx, sc.cfg); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return sc, nil
+}
+
+// kill reads the server's RSS (-1 where /proc is not available), SIGKILLs
+// it and returns the RSS and the data directory's size after the kill.
+func (sc *scratch) kill() (rss, dataBytes int64, err error) {
+	rss = -1
+	if n, err := processRSS(sc.srv.Pid()); err == nil {
+		rss = n
+	}
+	srv := sc.srv
+	sc.srv = nil
+	if err := srv.Kill(); err != nil {
+		return rss, 0, err
+	}
+	return rss, dirSize(sc.cfg.Dir), nil
+}
+
+// restart starts the server again on the same directory, on a new port,
+// without waiting for it: the caller measures that.
+func (sc *scratch) restart() (*Server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	sc.again, err = spawn(sc.cfg, port)
+	return sc.again, err
+}
+
+// close stops what still runs (SIGKILL for the first server, SIGTERM for a
+// restarted one) and removes the directory, joining any failure into *err.
+func (sc *scratch) close(err *error) {
+	if sc.srv != nil {
+		_ = sc.srv.Kill()
+	}
+	if sc.again != nil {
+		if stopErr := sc.again.Stop(); stopErr != nil {
+			*err = errors.Join(*err, stopErr)
+		}
+	}
+	if rmErr := os.RemoveAll(sc.cfg.Dir); rmErr != nil && *err == nil {
+		*err = rmErr
+	}
+}
+
 func dirSize(dir string) int64 {
 	var n int64
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
