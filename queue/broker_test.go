@@ -94,6 +94,28 @@ func (f *fixture) get(count int, queues ...string) []Delivered {
 	return d
 }
 
+// blockedGet runs a GETJOB that must block, in a goroutine, and returns
+// once the broker counts it as blocked; its jobs arrive on the channel.
+func (f *fixture) blockedGet(req GetRequest) <-chan []Delivered {
+	f.t.Helper()
+	got := make(chan []Delivered, 1)
+	go func() {
+		d, err := f.b.GetJobs(context.Background(), req)
+		if err != nil {
+			f.t.Error(err)
+		}
+		got <- d
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.b.Stats().BlockedClients != 1 {
+		if time.Now().After(deadline) {
+			f.t.Fatal("the GETJOB never blocked")
+		}
+		time.Sleep(time.Millisecond) // poll interval
+	}
+	return got
+}
+
 func bodies(ds []Delivered) string {
 	s := ""
 	for _, d := range ds {
@@ -143,21 +165,7 @@ func TestRoundRobinAcrossQueues(t *testing.T) {
 
 func TestBlockedClientIsServedByAdd(t *testing.T) {
 	f := newFixture(t, 1024)
-	got := make(chan []Delivered, 1)
-	go func() {
-		d, err := f.b.GetJobs(context.Background(), GetRequest{Queues: []string{"x", "q"}, Count: 5})
-		if err != nil {
-			t.Error(err)
-		}
-		got <- d
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for f.b.Stats().BlockedClients != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("client never blocked")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	got := f.blockedGet(GetRequest{Queues: []string{"x", "q"}, Count: 5})
 	id := f.add("q", "hello", nil)
 	d := <-got
 	if len(d) != 1 || d[0].ID != id || string(d[0].Body) != "hello" {
@@ -342,21 +350,7 @@ func TestFlushAllStartsAfresh(t *testing.T) {
 	if _, err := f.b.Pause("p", storage.PauseAll); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan []Delivered, 1)
-	go func() {
-		d, err := f.b.GetJobs(context.Background(), GetRequest{Queues: []string{"w"}, Count: 1, Timeout: 10 * time.Second})
-		if err != nil {
-			t.Error(err)
-		}
-		got <- d
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for f.b.Stats().BlockedClients != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the GETJOB never blocked")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	got := f.blockedGet(GetRequest{Queues: []string{"w"}, Count: 1, Timeout: 10 * time.Second})
 	if err := f.b.FlushAll(); err != nil {
 		t.Fatal(err)
 	}
