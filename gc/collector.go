@@ -102,6 +102,10 @@ type Collector struct {
 	stop chan struct{}
 	done chan struct{}
 	wg   sync.WaitGroup // collections started by Start
+	// ctx is canceled by Close, so that a rewrite in progress stops
+	// between batches instead of holding a shutdown for a whole segment.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // New returns a Collector for st and starts its background loop (unless
@@ -112,6 +116,7 @@ func New(st *storage.Store, opts Options) (*Collector, error) {
 		return nil, err
 	}
 	c := &Collector{st: st, opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.Interval > 0 {
 		go c.loop()
 	} else {
@@ -129,6 +134,11 @@ func (c *Collector) loop() {
 		case <-c.stop:
 			return
 		case <-t.C:
+		}
+		select {
+		case <-c.stop: // a tick and a stop may both be ready: stop wins
+			return
+		default:
 		}
 		if !c.run.TryLock() {
 			continue // an on-demand collection is running
@@ -149,6 +159,7 @@ func (c *Collector) Close() {
 	default:
 		close(c.stop)
 	}
+	c.cancel()
 	<-c.done
 	c.wg.Wait()
 }
@@ -227,7 +238,12 @@ func (c *Collector) collectLocked(full bool) (rep Report, err error) {
 		}
 	}
 	for _, first := range pick(c.st.Stats().Segments, policy) {
-		res, err := c.st.RewriteSegment(first)
+		res, err := c.st.RewriteSegment(c.ctx, first)
+		if errors.Is(err, context.Canceled) {
+			// Closing: what was moved is safe; the next checkpoint (Close
+			// makes one) removes what was fully rewritten.
+			return rep, nil
+		}
 		if err != nil {
 			return rep, fmt.Errorf("gc: rewrite segment %016x: %w", uint64(first), err)
 		}
@@ -253,7 +269,7 @@ func (c *Collector) collectLocked(full bool) (rep Report, err error) {
 		due := deletes-c.lastCompactDeletes >= c.opts.CompactAfterDeletes || (full && deletes > c.lastCompactDeletes)
 		c.mu.Unlock()
 		if due {
-			if err := c.st.CompactOrderIndex(context.Background()); err != nil {
+			if err := c.st.CompactOrderIndex(c.ctx); err != nil {
 				return rep, err
 			}
 			rep.Compacted = true

@@ -8,10 +8,12 @@ import (
 	"github.com/diskque/diskque/wal"
 )
 
-// seg is a sealed, checkpointed segment of 100 bytes with live live bytes
-// in bodies bodies.
-func seg(first wal.LSN, live, bodies int64) storage.SegmentStat {
-	return storage.SegmentStat{First: first, Size: 100, LiveBytes: live, LiveBodies: bodies, Checkpointed: true}
+// seg is a sealed, checkpointed segment of 100,000 bytes, pct percent live
+// (LiveRatio counts each body's MOVE overhead too) in bodies bodies.
+func seg(first wal.LSN, pct, bodies int64) storage.SegmentStat {
+	st := storage.SegmentStat{First: first, Size: 100_000, LiveBodies: bodies, Checkpointed: true}
+	st.LiveBytes = pct*1000 - st.LiveOverhead()
+	return st
 }
 
 func TestPick(t *testing.T) {
@@ -35,12 +37,16 @@ func TestPick(t *testing.T) {
 		{"equal ratios oldest first", []storage.SegmentStat{seg(200, 10, 1), seg(0, 10, 1), seg(100, 10, 1)}, half,
 			[]wal.LSN{0, 100, 200}},
 		{"the byte bound stops the list", []storage.SegmentStat{seg(0, 10, 1), seg(100, 20, 2), seg(200, 30, 3)},
-			Policy{MinLiveRatio: 0.5, MaxMoveBytes: 35}, []wal.LSN{0, 100}},
+			Policy{MinLiveRatio: 0.5, MaxMoveBytes: 35_000}, []wal.LSN{0, 100}},
 		{"the first pick is taken whatever its size", []storage.SegmentStat{seg(0, 40, 4), seg(100, 45, 4)},
-			Policy{MinLiveRatio: 0.5, MaxMoveBytes: 5}, []wal.LSN{0}},
+			Policy{MinLiveRatio: 0.5, MaxMoveBytes: 5_000}, []wal.LSN{0}},
 		{"full collection takes dense segments too", []storage.SegmentStat{seg(0, 99, 9), seg(100, 0, 0), seg(200, 60, 6), fresh, active},
 			Policy{MinLiveRatio: 1}, []wal.LSN{200, 0}},
 		{"a ratio of exactly the threshold stays", []storage.SegmentStat{seg(0, 50, 5)}, half, nil},
+		{"live jobs' headers are not garbage", []storage.SegmentStat{
+			// 300 live 100-byte jobs in 72 kB of ADD records: 42% of the
+			// bytes are bodies, but a rewrite would keep 68% of them.
+			{First: 0, Size: 72_000, LiveBytes: 30_000, LiveBodies: 300, Checkpointed: true}}, half, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := pick(tc.segs, tc.p); !slices.Equal(got, tc.want) {

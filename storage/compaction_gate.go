@@ -9,7 +9,7 @@ import (
 
 // compactionGate is the index's compaction scheduler (Pebble's
 // Options.Experimental.CompactionScheduler). It grants no compaction until
-// the store has finished opening, then grants like Pebble's default: as many
+// pebble.Open has returned, then grants like Pebble's default: as many
 // at once as the DB allows, checked when the DB asks, when a compaction ends
 // and every 100 ms.
 //
@@ -19,8 +19,10 @@ import (
 // crash at the end of a heavy fill the index holds dozens of L0 tables, the
 // compaction takes seconds, and a restart measured 7–8.6 s of which more
 // than 7 s was Open waiting for it (bench/README.md, 10M delayed jobs;
-// upstream cockroachdb/pebble#5420). Held until open() ends, the same
-// compaction runs while the server is already serving.
+// upstream cockroachdb/pebble#5420). Held until pebble.Open returns, the
+// same compaction runs beside the replay of the AOF tail. (Not later: the
+// replay may flush memtables, and with L0 at its stop-writes threshold it
+// would wait for a compaction the gate did not allow.)
 type compactionGate struct {
 	mu      sync.Mutex
 	db      pebble.DBForCompaction

@@ -7,6 +7,7 @@ package storage
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"fmt"
 	"log/slog"
@@ -153,7 +154,7 @@ func (r *eqRun) collect() {
 	}
 	seg := cands[r.rng.IntN(len(cands))]
 	before := storeApplied(r.s)
-	res, err := r.s.RewriteSegment(seg.First)
+	res, err := r.s.RewriteSegment(context.Background(), seg.First)
 	if err != nil {
 		t.Fatalf("rewrite segment %d: %v", seg.First, err)
 	}

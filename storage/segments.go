@@ -42,13 +42,27 @@ type SegmentStat struct {
 	Checkpointed bool
 }
 
-// LiveRatio is the share of the segment's bytes that are live bodies.
+// moveOverhead is about what a MOVE record adds to the body it carries:
+// the frame header (9 bytes), the job id (40), the source LSN, flags and
+// body-size varints.
+const moveOverhead = 64
+
+// LiveRatio is the share of the segment's bytes a rewrite would copy: each
+// live body and the MOVE record around it, at most 1. A segment whose jobs
+// are all alive is near 1 whatever their size — an ADD record's job header
+// is larger than a MOVE's — so only a segment that lost jobs looks sparse.
+// (Body bytes alone would make a segment of live 100-byte jobs look 40%
+// live, and the collector would copy it for nothing.)
 func (s SegmentStat) LiveRatio() float64 {
 	if s.Size <= 0 {
 		return 0
 	}
-	return float64(s.LiveBytes) / float64(s.Size)
+	return min(1, float64(s.LiveBytes+s.LiveOverhead())/float64(s.Size))
 }
+
+// LiveOverhead is what the MOVE records of the live bodies would add to
+// their bytes in a rewrite.
+func (s SegmentStat) LiveOverhead() int64 { return s.LiveBodies * moveOverhead }
 
 // CollectStats counts what segment collection has done since Open.
 type CollectStats struct {
@@ -86,7 +100,10 @@ const (
 // ever go to the end of the log), and the next Checkpoint, which makes the
 // moves durable in the index, removes it. Callers run one rewrite at a time
 // (package gc's Collector).
-func (s *Store) RewriteSegment(first wal.LSN) (RewriteResult, error) {
+//
+// A canceled ctx stops it between batches with ctx's error: what was moved
+// is safe, and the segment stays until a later rewrite finishes the job.
+func (s *Store) RewriteSegment(ctx context.Context, first wal.LSN) (RewriteResult, error) {
 	var res RewriteResult
 	var ops []*op
 	var batchBytes int
@@ -120,6 +137,9 @@ func (s *Store) RewriteSegment(first wal.LSN) (RewriteResult, error) {
 	err := s.log.ScanSegment(first, func(lsn wal.LSN, r wal.Record) error {
 		if r.Type != recAdd && r.Type != recMove {
 			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		id, err := bodyRecordID(r)
 		if err != nil {

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -162,7 +163,7 @@ func TestRewriteSegmentMovesLiveBodies(t *testing.T) {
 		if seg.Active || seg.LiveBodies == 0 {
 			continue
 		}
-		res, err := s.RewriteSegment(seg.First)
+		res, err := s.RewriteSegment(context.Background(), seg.First)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,10 +241,10 @@ func TestRewriteRefusesTheActiveSegment(t *testing.T) {
 	s := mustOpen(t, vfs.NewMem())
 	defer s.Close()
 	segs := s.Stats().Segments
-	if _, err := s.RewriteSegment(segs[len(segs)-1].First); err == nil {
+	if _, err := s.RewriteSegment(context.Background(), segs[len(segs)-1].First); err == nil {
 		t.Fatal("rewrite of the active segment succeeded")
 	}
-	if _, err := s.RewriteSegment(12345); !errors.Is(err, wal.ErrNotFound) {
+	if _, err := s.RewriteSegment(context.Background(), 12345); !errors.Is(err, wal.ErrNotFound) {
 		t.Fatalf("rewrite of no segment: %v", err)
 	}
 }
@@ -300,7 +301,7 @@ func testCrashDuringRewrite(t *testing.T, sync wal.SyncPolicy) {
 	segs := s.Stats().Segments
 	for _, seg := range segs {
 		if !seg.Active && seg.LiveBodies > 0 {
-			if _, err := s.RewriteSegment(seg.First); err != nil {
+			if _, err := s.RewriteSegment(context.Background(), seg.First); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -348,7 +349,7 @@ func testCrashDuringRewrite(t *testing.T, sync wal.SyncPolicy) {
 			// Finish the collection on the recovered store.
 			for _, seg := range s.Stats().Segments {
 				if !seg.Active && seg.LiveBodies > 0 {
-					if _, err := s.RewriteSegment(seg.First); err != nil {
+					if _, err := s.RewriteSegment(context.Background(), seg.First); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -452,5 +453,33 @@ func (s *Store) closeFilesForTest(t *testing.T) {
 	<-s.ckptDone
 	if err := s.closeFiles(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRewriteStopsWhenCanceled: a canceled rewrite returns the context's
+// error and what it moved before is safe; a later rewrite finishes.
+func TestRewriteStopsWhenCanceled(t *testing.T) {
+	s, err := Open(t.TempDir(), diskOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range 300 {
+		if err := s.Add(newTestJob(s.NodeID(), "q", uint64(i+1), 3), kib(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := s.Stats().Segments[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.RewriteSegment(ctx, first.First); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled rewrite: %v", err)
+	}
+	if got := s.Stats().Segments[0]; got.LiveBodies != first.LiveBodies {
+		t.Fatalf("a rewrite canceled before it began moved %d bodies", first.LiveBodies-got.LiveBodies)
+	}
+	res, err := s.RewriteSegment(context.Background(), first.First)
+	if err != nil || res.Moved != first.LiveBodies {
+		t.Fatalf("rewrite after the canceled one: %+v, %v; want %d moved", res, err, first.LiveBodies)
 	}
 }

@@ -164,6 +164,11 @@ func (s *Store) open() error {
 	if err != nil {
 		return fmt.Errorf("storage: open index: %w", err)
 	}
+	// Compactions were held so that pebble.Open did not wait for one (see
+	// compactionGate). They must run from now on: the replay may flush
+	// memtables, and with L0 at Pebble's stop-writes threshold and no
+	// compaction allowed it would wait for ever.
+	gate.Open()
 	if err := s.loadMeta(); err != nil {
 		return err
 	}
@@ -180,9 +185,6 @@ func (s *Store) open() error {
 	if err := s.replay(); err != nil {
 		return err
 	}
-	// Compactions were held so that pebble.Open did not wait for one (see
-	// compactionGate); the store is usable now, they may run beside it.
-	gate.Open()
 	s.lastCkptEnd = s.log.End()
 	if s.nodeID == "" {
 		// The node id names this store's jobs: make it durable now, whatever
