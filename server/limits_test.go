@@ -219,9 +219,7 @@ func TestShutdown(t *testing.T) {
 	if !c.closedByServer() {
 		t.Error("SHUTDOWN replied or left the connection open")
 	}
-	if called.Load() != 1 {
-		t.Errorf("OnShutdown called %d times, want 1", called.Load())
-	}
+	eventually(t, "OnShutdown to be called", func() bool { return called.Load() == 1 })
 	if got := dialResp(t, addr).do("SHUTDOWN BOGUS"); got != "-"+errSyntax {
 		t.Errorf("SHUTDOWN BOGUS = %q", got)
 	}

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -12,8 +11,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // monitorLine matches a MONITOR line as readResp returns it, capturing the
@@ -203,53 +200,5 @@ func TestMonitorThatDoesNotReadIsDropped(t *testing.T) {
 	// The others are served as before.
 	if got := c.do("QLEN q"); !strings.HasPrefix(got, ":") {
 		t.Errorf("QLEN after the drop: %q", got)
-	}
-}
-
-// go-redis's MONITOR reader: +OK, then the lines as its clients see them.
-func TestMonitorGoRedis(t *testing.T) {
-	c := newScanClient(t)
-	mc := redis.NewClient(&redis.Options{Addr: c.Options().Addr, Protocol: 2, DisableIdentity: true})
-	t.Cleanup(func() { mc.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	lines := make(chan string, 16)
-	mn := mc.Monitor(ctx, lines)
-	// No mn.Stop: it waits for the next line; closing mc ends the reader.
-	mn.Start()
-	next := func() string {
-		t.Helper()
-		for {
-			select {
-			case l := <-lines:
-				// go-redis opens connections as it needs them, each with
-				// its HELLO 2 handshake.
-				if !strings.HasSuffix(l, `] "hello" "2"`) {
-					return l
-				}
-			case <-ctx.Done():
-				t.Fatal("no MONITOR line")
-				return ""
-			}
-		}
-	}
-	if got := next(); got != "OK" {
-		t.Fatalf("MONITOR: %q", got)
-	}
-	job := addJob(t, c, "gq")
-	do(t, c, "ACKJOB", job)
-	for _, want := range []string{`"ADDJOB" "gq" "body-gq" "0"`, `"ACKJOB" "` + job + `"`} {
-		if got := next(); !strings.HasSuffix(got, "] "+want) || !monitorLine.MatchString("+"+got) {
-			t.Errorf("line %q, want … %s", got, want)
-		}
-	}
-	// CLIENT LIST shows the monitor; killing it ends go-redis's reader,
-	// which mc.Close would otherwise wait for.
-	id := regexp.MustCompile(`(?m)^id=(\d+) .* cmd=monitor$`).FindStringSubmatch(do(t, c, "CLIENT", "LIST").(string))
-	if id == nil {
-		t.Fatal("no cmd=monitor in CLIENT LIST")
-	}
-	if n := do(t, c, "CLIENT", "KILL", "ID", id[1]); n != int64(1) {
-		t.Errorf("CLIENT KILL ID %s: %v", id[1], n)
 	}
 }

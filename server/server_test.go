@@ -172,3 +172,17 @@ func TestLookup(t *testing.T) {
 		t.Errorf("lookup allocates %v times", n)
 	}
 }
+
+// eventually polls cond until it holds, failing the test after 10 s: for
+// effects the server applies just after the reply or the close a client
+// sees (a hook called, a connection unregistered).
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond) // poll interval
+	}
+}
