@@ -92,7 +92,8 @@ Directives (in the config file as "directive value", or as --directive value):
                                 SLOWLOG (default 10000; 0 = all; negative = off)
   slowlog-max-len N             SLOWLOG entries kept (default 128)
   metrics-addr HOST:PORT        serve Prometheus metrics over HTTP at
-                                http://HOST:PORT/metrics (default: off)
+                                http://HOST:PORT/metrics, and Go's profiler at
+                                /debug/pprof/ (default: off)
   aof-segment-size BYTES        AOF segment file size (default 64mb; 4kb..1gb)
   gc-interval SECONDS           how often the segment collector looks for
                                 sparse AOF segments to rewrite (default 10;
