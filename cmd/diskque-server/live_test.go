@@ -162,4 +162,13 @@ func TestMetricsAddr(t *testing.T) {
 			t.Errorf("/metrics lacks %q:\n%s", want, b)
 		}
 	}
+	// The profiler's index lists the goroutine profile.
+	resp, err = http.Get("http://" + maddr + "/debug/pprof/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if b, err = io.ReadAll(resp.Body); err != nil || resp.StatusCode != 200 || !strings.Contains(string(b), "goroutine") {
+		t.Errorf("/debug/pprof/: %d, %v, %.200q", resp.StatusCode, err, b)
+	}
 }
