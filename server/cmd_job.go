@@ -232,6 +232,7 @@ func cmdGetJob(s *Server, c *call) {
 		c.conn.WriteBulkString(j.Queue)
 		c.conn.WriteBulkString(j.ID)
 		c.conn.WriteBulk(j.Body)
+		c.client.outBytes += int64(len(j.Body))
 		if withCounters {
 			c.conn.WriteBulkString("nacks")
 			c.conn.WriteInt64(int64(j.Nacks))
@@ -359,6 +360,7 @@ func writeShow(c *call, j *storage.Job, body []byte) {
 		c.conn.WriteNull()
 	} else {
 		c.conn.WriteBulk(body)
+		c.client.outBytes += int64(len(body))
 	}
 }
 

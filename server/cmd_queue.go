@@ -73,6 +73,7 @@ func cmdQPeek(s *Server, c *call) {
 		c.conn.WriteBulkString(j.Queue)
 		c.conn.WriteBulkString(j.ID)
 		c.conn.WriteBulk(j.Body)
+		c.client.outBytes += int64(len(j.Body))
 	}
 }
 

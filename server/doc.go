@@ -31,7 +31,11 @@
 // inline line over 64 KiB gets Redis's protocol error and the connection is
 // closed; before AUTH (with a password set) the limits are Redis's 10
 // arguments and 16 KiB. (Commands pipelined in the same read as AUTH are
-// still held to the small limits.)
+// still held to the small limits.) On the way out, a pipeline's replies are
+// written out once they hold 1 MiB of job bodies instead of at the end of
+// the pipeline, so a consumer that asks for much and reads slowly blocks
+// its own connection, with at most that much plus one reply buffered for
+// it, and nobody else's.
 //
 // A store that failed (an AOF write or fsync error) answers writes with
 // -IOERR and still serves reads; the daemon reopens it once the disk works

@@ -276,3 +276,43 @@ func TestCommandTable(t *testing.T) {
 		t.Errorf("COMMAND BOGUS = %q", got)
 	}
 }
+
+// TestSlowConsumerBlocksOnlyItself: a client pipelines GETJOBs for 12 MB of
+// bodies and does not read. Its replies are written out as they pass the
+// output limit (handle), so its goroutine waits on its socket instead of
+// buffering them all; other clients are served meanwhile, and when it
+// reads, every reply is there, complete and in order.
+func TestSlowConsumerBlocksOnlyItself(t *testing.T) {
+	s, addr := startServer(t)
+	s.SetBroker(newBroker(t))
+	other := dialResp(t, addr)
+	body := strings.Repeat("b", 60_000)
+	const n = 200
+	for i := range n {
+		if got := other.doArgs("ADDJOB", "slow", fmt.Sprintf("%03d", i)+body, "0"); !strings.HasPrefix(got, "+D-") {
+			t.Fatal(got)
+		}
+	}
+	slow := dialResp(t, addr)
+	var pipeline strings.Builder
+	for range n {
+		pipeline.WriteString("GETJOB NOHANG COUNT 1 FROM slow\r\n")
+	}
+	slow.send(pipeline.String())
+	// The slow client has not read a byte; once its GETJOBs have begun,
+	// the server still serves others (a stuck write would hold nothing
+	// they need).
+	eventually(t, "the slow client's GETJOBs to begin", func() bool { return other.do("QLEN slow") != ":200" })
+	if got := other.do("PING"); got != "+PONG" {
+		t.Fatalf("PING beside a slow consumer: %q", got)
+	}
+	for i := range n {
+		got := slow.read()
+		if want := fmt.Sprintf("%03d", i); !strings.Contains(got, want+body) {
+			t.Fatalf("reply %d: %.80q, want body %s…", i, got, want)
+		}
+	}
+	if got := other.do("QLEN slow"); got != ":0" {
+		t.Fatalf("QLEN after the slow consumer read everything: %q", got)
+	}
+}

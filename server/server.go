@@ -136,6 +136,9 @@ type client struct {
 	// monitor is set once the connection has sent MONITOR (monitor.go).
 	// Like authed, only the connection's own goroutine touches it.
 	monitor *monitor
+	// outBytes counts the job bodies written into the reply buffer since
+	// it was last flushed (the connection's goroutine only).
+	outBytes int64
 
 	mu         sync.Mutex
 	name       string
@@ -338,11 +341,29 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		}
 		s.mu.Unlock()
 	}()
+	cl, _ := conn.Context().(*client)
 	for i := 0; i < len(cmds); {
 		n := s.execute(conn, cmds[i:])
 		i += n
+		// The output limit for slow consumers: redcon buffers a whole
+		// pipeline's replies before writing them, so a client that sends
+		// many GETJOBs and reads slowly would make that buffer grow
+		// without end. Past outputFlushBytes of job bodies it is written
+		// out now, which blocks this connection alone until its client
+		// reads: the server holds at most that plus one reply for it.
+		if cl != nil && cl.outBytes >= outputFlushBytes {
+			flush(conn)
+			cl.outBytes = 0
+		}
+	}
+	if cl != nil {
+		cl.outBytes = 0 // redcon flushes after the handler
 	}
 }
+
+// outputFlushBytes is how many bytes of job bodies a connection's replies
+// may buffer before they are written out mid-pipeline.
+const outputFlushBytes = 1 << 20
 
 func (s *Server) connectedClients() int {
 	s.mu.Lock()
