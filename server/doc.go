@@ -79,8 +79,12 @@
 // at /metrics on its opt-in metrics-addr): diskque_commands_processed_total
 // and the diskque_command_duration_seconds histogram by command — labels
 // are the command table's names, "unknown" for anything else, so clients
-// cannot grow them — and gauges read at scrape time: registered and queued
-// jobs, AOF segments and bytes, blocked and connected clients.
+// cannot grow them — and figures read at scrape time: registered and
+// queued jobs, the lengths of the 20 longest queues (diskque_queue_length,
+// bounded for the same reason), AOF segments and bytes, bytes ever written
+// and fsyncs, the index's size, the collector's segments removed, bytes
+// reclaimed, bodies and bytes moved and collections, blocked and connected
+// clients.
 //
 // A Server is safe for concurrent use; each connection is served by its own
 // goroutine.

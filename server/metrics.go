@@ -1,8 +1,15 @@
 package server
 
 import (
+	"cmp"
+	"fmt"
+	"math"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/diskque/diskque/storage"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -78,8 +85,81 @@ func newMetrics(s *Server) *metrics {
 		gauge("diskque_connected_clients", "Connected clients.", func() float64 {
 			return float64(s.connectedClients())
 		}),
+		counter("diskque_aof_written_bytes_total", "Bytes ever appended to the AOF.",
+			s.storeCounter(func(st storage.Stats) int64 { return int64(st.AOFEnd) })),
+		counter("diskque_aof_fsyncs_total", "AOF fsyncs since the store was opened.",
+			s.storeCounter(func(st storage.Stats) int64 { return st.AOFFsyncs })),
+		counter("diskque_gc_segments_removed_total", "AOF segments removed because no live job body was left in them.",
+			s.storeCounter(func(st storage.Stats) int64 { return st.Collect.SegmentsRemoved })),
+		counter("diskque_gc_bytes_reclaimed_total", "Bytes of the AOF segments removed.",
+			s.storeCounter(func(st storage.Stats) int64 { return st.Collect.BytesReclaimed })),
+		counter("diskque_gc_bodies_moved_total", "Live job bodies copied forward by segment rewrites.",
+			s.storeCounter(func(st storage.Stats) int64 { return st.Collect.BodiesMoved })),
+		counter("diskque_gc_bytes_moved_total", "Bytes of live job bodies copied forward by segment rewrites.",
+			s.storeCounter(func(st storage.Stats) int64 { return st.Collect.BytesMoved })),
+		counter("diskque_gc_collections_total", "Segment collections run (background and BGREWRITEAOF).", func() float64 {
+			if col := s.collector.Load(); col != nil {
+				return float64(col.Stats().Collections)
+			}
+			return 0
+		}),
+		gauge("diskque_index_bytes", "Bytes of the Pebble index on disk.", func() float64 {
+			if b := s.broker.Load(); b != nil {
+				return float64(b.Store().IndexMetrics().DiskSpaceUsage())
+			}
+			return 0
+		}),
+		queueLengths{s: s, desc: prometheus.NewDesc("diskque_queue_length",
+			fmt.Sprintf("Jobs queued in each of the %d longest queues (bounded cardinality).", metricQueues),
+			[]string{"queue"}, nil)},
 	)
 	return m
+}
+
+func counter(name, help string, f func() float64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
+}
+
+// storeCounter reads one figure of the store's Stats; 0 while loading.
+func (s *Server) storeCounter(f func(storage.Stats) int64) func() float64 {
+	return func() float64 {
+		if b := s.broker.Load(); b != nil {
+			return float64(f(b.Store().Stats()))
+		}
+		return 0
+	}
+}
+
+// metricQueues bounds diskque_queue_length's series: queue names are
+// client-chosen, so exporting every one would let clients grow the
+// metrics without bound.
+const metricQueues = 20
+
+// queueLengths exports the lengths of the longest queues.
+type queueLengths struct {
+	s    *Server
+	desc *prometheus.Desc
+}
+
+func (q queueLengths) Describe(ch chan<- *prometheus.Desc) { ch <- q.desc }
+
+func (q queueLengths) Collect(ch chan<- prometheus.Metric) {
+	b := q.s.broker.Load()
+	if b == nil {
+		return
+	}
+	qs := b.Store().Queues("", math.MaxInt)
+	slices.SortFunc(qs, func(x, y storage.QueueInfo) int {
+		if c := cmp.Compare(y.Len, x.Len); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Name, y.Name)
+	})
+	for _, qi := range qs[:min(len(qs), metricQueues)] {
+		if qi.Len > 0 {
+			ch <- prometheus.MustNewConstMetric(q.desc, prometheus.GaugeValue, float64(qi.Len), qi.Name)
+		}
+	}
 }
 
 // observe counts one run of command name (already lower case) that took d.

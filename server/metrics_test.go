@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,11 @@ func TestMetrics(t *testing.T) {
 	for _, cmd := range []string{"ADDJOB q a 0", "ADDJOB q b 0", "QLEN q", "NOSUCH x", "ANOTHER y"} {
 		rc.do(cmd)
 	}
+	// 25 more queues of one job each: only the 20 longest queues are
+	// exported, so client-chosen names cannot grow the metrics.
+	for i := range 25 {
+		rc.do(fmt.Sprintf("ADDJOB many%02d x 0", i))
+	}
 	resp, err := http.Get(hs.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -32,19 +38,27 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("GET /metrics: %s %s", resp.Status, resp.Header.Get("Content-Type"))
 	}
 	for _, want := range []string{
-		`diskque_commands_processed_total{command="addjob"} 2`,
+		`diskque_commands_processed_total{command="addjob"} 27`,
 		`diskque_commands_processed_total{command="qlen"} 1`,
 		`diskque_commands_processed_total{command="unknown"} 2`,
-		`diskque_command_duration_seconds_count{command="addjob"} 2`,
-		`diskque_registered_jobs 2`,
-		`diskque_queued_jobs 2`,
+		`diskque_command_duration_seconds_count{command="addjob"} 27`,
+		`diskque_registered_jobs 27`,
+		`diskque_queued_jobs 27`,
+		`diskque_queue_length{queue="q"} 2`,
+		`diskque_queue_length{queue="many00"} 1`,
+		`diskque_gc_segments_removed_total 0`,
 		`diskque_blocked_clients 0`,
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-	for _, re := range []string{`(?m)^diskque_aof_segments [1-9]`, `(?m)^diskque_aof_bytes [1-9]`} {
+	if n := strings.Count(body, "\ndiskque_queue_length{"); n != metricQueues {
+		t.Errorf("%d queue_length series, want %d", n, metricQueues)
+	}
+	for _, re := range []string{`(?m)^diskque_aof_segments [1-9]`, `(?m)^diskque_aof_bytes [1-9]`,
+		`(?m)^diskque_aof_written_bytes_total [1-9]`, `(?m)^diskque_aof_fsyncs_total [1-9]`,
+		`(?m)^diskque_index_bytes \d`, `(?m)^diskque_gc_bytes_reclaimed_total 0$`} {
 		if !regexp.MustCompile(re).MatchString(body) {
 			t.Errorf("metrics lack %s", re)
 		}

@@ -219,6 +219,10 @@ type Stats struct {
 	Applied  wal.LSN
 	Segments []SegmentStat // the AOF's segments, oldest first
 	Collect  CollectStats
+	// AOFEnd is the end of the AOF: every byte ever appended to it,
+	// removed segments included. AOFFsyncs counts its fsyncs since Open.
+	AOFEnd    wal.LSN
+	AOFFsyncs int64
 }
 
 // Stats returns the store's counters.
@@ -226,7 +230,8 @@ func (s *Store) Stats() Stats {
 	segs := s.log.Segments()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Jobs: s.jobs, Queues: len(s.queued), Applied: s.applied, Collect: s.collected}
+	st := Stats{Jobs: s.jobs, Queues: len(s.queued), Applied: s.applied, Collect: s.collected,
+		AOFEnd: s.log.End(), AOFFsyncs: s.log.Fsyncs()}
 	for _, n := range s.queued {
 		st.Queued += n
 	}

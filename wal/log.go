@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -55,6 +56,9 @@ type Log struct {
 	active vfs.File
 
 	readers readerCache
+
+	// fsyncs counts the fsyncs of segments (metrics).
+	fsyncs atomic.Int64
 }
 
 // chunk is a run of frames bound for one segment.
@@ -297,6 +301,9 @@ func (l *Log) Durable() LSN {
 	return l.synced
 }
 
+// Fsyncs returns how many times the log has fsynced a segment since Open.
+func (l *Log) Fsyncs() int64 { return l.fsyncs.Load() }
+
 // First returns the LSN of the oldest record still held.
 func (l *Log) First() LSN {
 	l.mu.Lock()
@@ -392,6 +399,7 @@ func (l *Log) flushPending() {
 		ends = append(ends, segment{first: activeFirst, size: int64(written - activeFirst)})
 	}
 	if err == nil && (wantSync || len(newSegs) > 0 && l.opts.Sync == SyncAlways) {
+		l.fsyncs.Add(1)
 		if err = l.active.Sync(); err != nil {
 			err = fmt.Errorf("wal: fsync segment: %w", err)
 		}
@@ -431,6 +439,7 @@ func (l *Log) flushPending() {
 
 // roll fsyncs and closes the active segment and creates the next one.
 func (l *Log) roll(first LSN) error {
+	l.fsyncs.Add(1)
 	if err := l.active.Sync(); err != nil {
 		return fmt.Errorf("wal: fsync segment before roll: %w", err)
 	}
@@ -505,6 +514,7 @@ func (l *Log) syncInBackground(h *syncHandle) {
 		}
 		h.f, h.first = f, first
 	}
+	l.fsyncs.Add(1)
 	if err := h.f.Sync(); err != nil {
 		l.poison(fmt.Errorf("wal: fsync segment: %w", err))
 		return
