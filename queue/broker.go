@@ -44,6 +44,9 @@ type Broker struct {
 	// lastSweep is when idle, empty queues were last forgotten.
 	lastSweep int64
 	stats     Stats
+	// failedCursor is, per queue, the last position GETJOB looked at while
+	// the store was failed (deliverWhileFailedLocked).
+	failedCursor map[string]storage.QueuePos
 
 	wake chan struct{} // tells the timer loop that an earlier event exists
 	stop chan struct{}

@@ -2,12 +2,15 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/diskque/diskque/storage"
 )
 
@@ -381,5 +384,69 @@ func TestFlushAllStartsAfresh(t *testing.T) {
 	}
 	if n := f.st.Stats().Jobs; n != 3 {
 		t.Fatalf("%d jobs, want the 3 added after the flush", n)
+	}
+}
+
+// TestGetJobWhileTheStoreHasFailed: after an AOF failure GETJOB still hands
+// out what an unrecorded delivery cannot hurt — durable at-least-once jobs,
+// each once — and nothing else; a GETJOB that would block gets the failure;
+// timers stand still. After the store is reopened those jobs are queued
+// again (at-least-once), and the at-most-once job was never delivered.
+func TestGetJobWhileTheStoreHasFailed(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	var failing atomic.Bool
+	f := newFixture(t, 4)
+	f.close()
+	f.fs = errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failing.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return errorfs.ErrInjected
+		}
+		return nil
+	}))
+	f.open()
+	var want []string
+	for i := range 10 {
+		want = append(want, f.add("q", fmt.Sprint("job", i), nil))
+	}
+	once := f.add("q", "at most once", func(r *AddRequest) { r.Retry = 0 })
+	if err := f.st.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	failing.Store(true)
+	res := f.b.AddJobs([]AddRequest{{Queue: "q", Body: []byte("lost"), TTL: 100, Retry: 10}})
+	if !errors.Is(res[0].Err, storage.ErrFailed) {
+		t.Fatalf("ADDJOB on a failing disk: %v", res[0].Err)
+	}
+	var got []string
+	for len(got) < 20 {
+		d, err := f.b.GetJobs(context.Background(), GetRequest{Queues: []string{"q"}, Count: 3, NoHang: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d) == 0 {
+			break
+		}
+		for _, j := range d {
+			got = append(got, j.ID)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("delivered while failed: %v, want the 10 durable at-least-once jobs in order %v", got, want)
+	}
+	if _, err := f.b.GetJobs(context.Background(), GetRequest{Queues: []string{"q"}, Count: 1, Timeout: time.Hour}); !errors.Is(err, storage.ErrFailed) {
+		t.Fatalf("blocking GETJOB while failed: %v, want ErrFailed", err)
+	}
+	if _, err := f.b.Ack([]string{want[0]}); !errors.Is(err, storage.ErrFailed) {
+		t.Fatalf("ACKJOB while failed: %v, want ErrFailed", err)
+	}
+	if err := f.b.Tick(f.clock.ms.Load() + 86_400_000); err != nil {
+		t.Fatalf("Tick while failed: %v", err)
+	}
+	// The disk recovers; the daemon reopens the store under a new broker.
+	failing.Store(false)
+	f.restart()
+	redo := f.get(20, "q")
+	if len(redo) != 11 || redo[10].ID != once {
+		t.Fatalf("after the reopen: %d jobs (%q), want the 10 again and the at-most-once one", len(redo), bodies(redo))
 	}
 }

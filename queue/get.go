@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -51,6 +52,22 @@ func (b *Broker) GetJobs(ctx context.Context, req GetRequest) ([]Delivered, erro
 	if err := b.checkOpenLocked(); err != nil {
 		b.mu.Unlock()
 		return nil, err
+	}
+	if failure := b.st.Err(); failure != nil {
+		// The AOF failed: no delivery can be logged until the store is
+		// reopened. Serve what is safe without a record; a GETJOB that
+		// would block is told why instead (nothing can be queued now).
+		jobs, err := b.deliverWhileFailedLocked(req.Queues, max(req.Count, 1), now)
+		b.mu.Unlock()
+		switch {
+		case err != nil:
+			return nil, err
+		case len(jobs) > 0:
+			return b.finishDelivery(jobs, storage.Pending{})
+		case req.NoHang:
+			return nil, nil
+		}
+		return nil, wrapStore(fmt.Errorf("%w: %w", storage.ErrFailed, failure))
 	}
 	jobs, pending, err := b.deliverLocked(req.Queues, max(req.Count, 1), now)
 	if err != nil || len(jobs) > 0 || req.NoHang {
@@ -175,6 +192,58 @@ func (b *Broker) deliverLocked(names []string, count int, now int64) ([]*storage
 		pending = pending.Join(p)
 	}
 	return jobs, pending, nil
+}
+
+// deliverWhileFailedLocked is GETJOB while the store has failed (an AOF
+// write or fsync error; the daemon reopens the store once the disk works
+// again). A delivery cannot be logged, so only jobs for which an
+// unrecorded delivery is safe are handed out: at-least-once jobs (RETRY >
+// 0), queued, whose ADD record is durable. Nothing changes on disk: after
+// the reopen they are queued again and delivered again, which
+// at-least-once allows; an at-most-once job is never delivered without its
+// delivery fsynced, and a job whose ADD may be lost is not delivered at
+// all. Queues are read left to right from the index, past a per-queue
+// cursor so that each job goes out once; this broker is replaced when the
+// store is reopened, and the cursors with it. It never blocks: nothing can
+// be queued while the store is failed.
+func (b *Broker) deliverWhileFailedLocked(names []string, count int, now int64) ([]*storage.Job, error) {
+	if b.failedCursor == nil {
+		b.failedCursor = map[string]storage.QueuePos{}
+	}
+	durable := b.st.Durable()
+	var jobs []*storage.Job
+	for _, name := range names {
+		if b.st.PauseState(name)&storage.PauseOut != 0 {
+			continue
+		}
+		cur := b.failedCursor[name]
+		for len(jobs) < count {
+			page, err := b.st.QueueRange(name, cur, 256)
+			if err != nil {
+				return nil, wrapStore(err)
+			}
+			for _, p := range page {
+				cur = p
+				j, err := b.st.Job(p.ID)
+				if err != nil || j.State != storage.StateQueued || j.Retry == 0 || j.BodyLSN >= durable {
+					continue
+				}
+				jobs = append(jobs, j)
+				b.stats.JobsDelivered++
+				if len(jobs) == count {
+					break
+				}
+			}
+			if len(page) < 256 {
+				break
+			}
+		}
+		b.failedCursor[name] = cur
+		if q := b.queues[name]; q != nil {
+			q.atime = now
+		}
+	}
+	return jobs, nil
 }
 
 // serveWaitersLocked hands queued jobs of q to its blocked clients, oldest

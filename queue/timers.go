@@ -90,6 +90,11 @@ const (
 // returns ErrClosed if Close happens between chunks; the rest fire after
 // a restart, from the on-disk schedule.
 func (b *Broker) Tick(now int64) error {
+	if b.st.Err() != nil {
+		// The store failed: no timer can fire until it is reopened (by a
+		// new broker), and retrying every tick would only fill the log.
+		return nil
+	}
 	limit := b.fireChunk
 	for {
 		fired, more, hold, pending, err := b.tickChunk(now, limit)

@@ -38,9 +38,10 @@
 // it, and nobody else's.
 //
 // A store that failed (an AOF write or fsync error) answers writes with
-// -IOERR and still serves reads; the daemon reopens it once the disk works
-// again (cmd/diskque-server node.go), and commands caught by that swap get
-// -LOADING.
+// -IOERR and still serves reads, and GETJOB hands out durable at-least-once
+// jobs without recording the delivery (queue: deliverWhileFailedLocked);
+// the daemon reopens it once the disk works again (cmd/diskque-server
+// node.go), and commands caught by that swap get -LOADING.
 //
 // Configuration: the daemon owns its directives and config file and hands
 // the server a Config (Options.Config). CONFIG GET glob lists matching

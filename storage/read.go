@@ -259,6 +259,10 @@ func (s *Store) NodeID() string {
 	return s.nodeID
 }
 
+// Durable returns the end of the AOF's durable prefix: every record before
+// it is on disk. A job whose BodyLSN is below it was added durably.
+func (s *Store) Durable() wal.LSN { return s.log.Durable() }
+
 // Sync makes every operation that has returned durable, whatever the fsync
 // policy.
 func (s *Store) Sync() error {
