@@ -166,7 +166,7 @@ func (b *Broker) deliverLocked(names []string, count int, now int64) ([]*storage
 					break
 				}
 				if p, ok := q.head.Pop(); ok {
-					batch.DeliverFunc(p.ID, retryFn)
+					batch.DeliverAt(q.name, p, retryFn)
 					from = append(from, q)
 					progress = true
 				}

@@ -57,6 +57,10 @@ type op struct {
 	pause PauseState
 	// node
 	node string
+	// deliver (live only, not logged): where the job sits in its queue,
+	// so prefetchQueued can read it with its neighbours.
+	hintQueue string
+	hintCtime uint64
 	// move: where the body was; bodySize is its uncompressed length.
 	src      wal.LSN
 	bodySize uint32

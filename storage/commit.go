@@ -1,9 +1,12 @@
 package storage
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/diskque/diskque/wal"
@@ -120,6 +123,13 @@ func (s *Store) apply(ops []*op, res []Result) Pending {
 	if len(ops) > 1 {
 		overlay = make(map[string]*Job, len(ops))
 	}
+	if err := s.prefetchQueued(ops, overlay); err != nil {
+		s.mu.Unlock()
+		for i := range res {
+			res[i].Err = err
+		}
+		return Pending{err: err}
+	}
 	b := s.db.NewBatch()
 	var end wal.LSN
 	var failure error
@@ -206,6 +216,73 @@ func failApplied(res []Result, err error) {
 			res[i] = Result{Err: err}
 		}
 	}
+}
+
+// prefetchQueued reads, for the deliveries in ops that name their queue
+// position (Batch.DeliverAt) and are not in the job cache, the jobs from the
+// values of their queue-order keys: one iterator walk per queue, in queue
+// order, where a batch's deliveries sit next to each other, instead of a
+// random point lookup per job (the lookup was 40% of a consuming server's
+// CPU, mostly block-cache misses). It runs under mu before any op of the
+// batch applies, so the values are the index's current jobs; it puts them
+// in overlay, which resolve reads first.
+func (s *Store) prefetchQueued(ops []*op, overlay map[string]*Job) error {
+	if overlay == nil {
+		return nil
+	}
+	var byQueue map[string][]QueuePos
+	for _, o := range ops {
+		if o.typ != recDeliver || o.hintQueue == "" {
+			continue
+		}
+		if _, ok := s.cache.get(o.id); ok {
+			continue
+		}
+		if byQueue == nil {
+			byQueue = map[string][]QueuePos{}
+		}
+		byQueue[o.hintQueue] = append(byQueue[o.hintQueue], QueuePos{Ctime: o.hintCtime, ID: o.id})
+	}
+	for queue, want := range byQueue {
+		slices.SortFunc(want, cmpQueuePos)
+		lower := queueKey(queue, want[0].Ctime, want[0].ID)
+		last := want[len(want)-1]
+		upper := append(queueKey(queue, last.Ctime, last.ID), 0)
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			if len(it.Value()) == 0 {
+				continue // written before queue keys carried their job
+			}
+			ctime, id, err := parseQueueKey(it.Key())
+			if err != nil {
+				it.Close()
+				return err
+			}
+			if _, found := slices.BinarySearchFunc(want, QueuePos{Ctime: ctime, ID: id}, cmpQueuePos); !found {
+				continue
+			}
+			j, err := decodeJob(it.Value())
+			if err != nil {
+				it.Close()
+				return err
+			}
+			overlay[id] = j
+		}
+		if err := errors.Join(it.Error(), it.Close()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cmpQueuePos(a, b QueuePos) int {
+	if c := cmp.Compare(a.Ctime, b.Ctime); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
 }
 
 // resolve reads the job a record concerns (through r: the DB for live
@@ -328,10 +405,17 @@ func (s *Store) putJob(b *pebble.Batch, old, nj *Job) error {
 		s.collected.OrderDeletes++
 		s.addQueued(old.Queue, -1)
 	}
-	if isQueued && (!wasQueued || old.Queue != nj.Queue || old.Ctime != nj.Ctime) {
+	if isQueued {
+		// The queue-order key carries the job as its value, rewritten with
+		// every change of a queued job (a MOVE, say), so that deliveries
+		// read jobs in queue order instead of one random lookup each
+		// (prefetchQueued). An empty value (an index written before this)
+		// just means no such copy.
 		s.kbuf = appendQueueKey(s.kbuf[:0], nj.Queue, nj.Ctime, nj.ID)
-		set(s.kbuf, nil)
-		s.addQueued(nj.Queue, +1)
+		set(s.kbuf, s.vbuf)
+		if !wasQueued || old.Queue != nj.Queue || old.Ctime != nj.Ctime {
+			s.addQueued(nj.Queue, +1)
+		}
 	}
 	// Schedule.
 	oldEv, on := events(old)

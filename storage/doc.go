@@ -38,13 +38,16 @@
 //
 // # Keyspace
 //
-// See keys.go: j/ jobs, q/ queue order (ctime, id), s/ schedule (due, kind,
+// See keys.go: j/ jobs, q/ queue order (ctime, id; the value is the job,
+// as j/ holds it, so deliveries read a queue's jobs in order), s/ schedule (due, kind,
 // id), p/ pause states, c/ queued counts, g/ live bodies per AOF segment, m/
 // metadata (applied LSN, node id, format version, job count).
 //
 // # Invariants
 //
-//   - A job has a q/ key if and only if its state is queued.
+//   - A job has a q/ key if and only if its state is queued, and the key's
+//     value is the job exactly as its j/ key holds it (or empty, in an index
+//     written before this was so: then it is simply not used).
 //   - A job has one s/ key per time it is waiting for: AwakeTime (delay),
 //     QueueTime (retry, only while active: a queued job is not requeued)
 //     and Etime (ttl), and no others.

@@ -12,7 +12,8 @@ import (
 // that byte order is numeric order.
 //
 //	j <id:40>                                  → job meta (encodeJob)
-//	q <len:2> <queue> <ctime:8> <id:40>         → ""   present iff the job is queued
+//	q <len:2> <queue> <ctime:8> <id:40>         → job meta, the same as its j key;
+//	                                              present iff the job is queued
 //	s <due:8> <kind:1> <id:40>                  → ""   schedule: delay, retry, ttl
 //	p <queue>                                   → pause state (1 byte)
 //	c <queue>                                   → queued count (uvarint), absent when 0

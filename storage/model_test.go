@@ -430,7 +430,19 @@ func modelBatch(t testing.TB, s *Store, h *modelHistory, ops []*mop) {
 		case mopQueue:
 			b.Queue(o.id, o.qtime)
 		case mopDeliver:
-			b.Deliver(o.id, o.qtime)
+			// Most deliveries name the job's queue position as the broker
+			// does (DeliverAt, read with its neighbours); some name a wrong
+			// one, which must only cost a lookup.
+			w := h.cur.jobs[o.id]
+			if w == nil {
+				b.Deliver(o.id, o.qtime)
+				break
+			}
+			qtime, ctime := o.qtime, w.job.Ctime
+			if o.qtime%3 == 0 {
+				ctime++
+			}
+			b.DeliverAt(w.job.Queue, QueuePos{Ctime: ctime, ID: o.id}, func(*Job) int64 { return qtime })
 		case mopRequeue:
 			b.Requeue(o.id, o.qtime)
 		case mopNack:
@@ -488,6 +500,7 @@ func modelBatch(t testing.TB, s *Store, h *modelHistory, ops []*mop) {
 // the schedule and the per-segment live-body accounting.
 func checkStore(t testing.TB, s *Store, m *jobModel, queues []string) {
 	t.Helper()
+	checkQueueValues(t, s)
 	n := 0
 	for after := ""; ; {
 		page, err := s.ScanJobs(after, 17)
@@ -642,5 +655,28 @@ func checkSegmentAccounting(t testing.TB, st Stats, m *jobModel) {
 		if seg.LiveBodies != want[i].bodies || seg.LiveBytes != want[i].bytes {
 			t.Errorf("segment %s: %d live bodies / %d bytes, want %d / %d", seg.Name, seg.LiveBodies, seg.LiveBytes, want[i].bodies, want[i].bytes)
 		}
+	}
+}
+
+// checkQueueValues checks the invariant prefetchQueued relies on: every
+// queue-order key's value is its job exactly as the job key holds it.
+func checkQueueValues(t testing.TB, s *Store) {
+	t.Helper()
+	err := s.scanPrefix([]byte{prefixQueue}, func(k, v []byte) error {
+		_, id, err := parseQueueKey(k)
+		if err != nil {
+			return err
+		}
+		j, err := s.getJob(s.db, id)
+		if err != nil || j == nil {
+			return fmt.Errorf("queue key of %s without a job: %v", id, err)
+		}
+		if want := encodeJob(nil, j); !bytes.Equal(v, want) {
+			return fmt.Errorf("queue key of %s holds %x, its job is %x", id, v, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

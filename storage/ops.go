@@ -185,6 +185,15 @@ func (b *Batch) DeliverFunc(id string, qtime func(*Job) int64) {
 	b.job(o)
 }
 
+// DeliverAt is DeliverFunc for a job the caller knows the queue position
+// of (the broker's heads do): the batch then reads the jobs of consecutive
+// positions together, in queue order, rather than one lookup each.
+func (b *Batch) DeliverAt(queue string, p QueuePos, qtime func(*Job) int64) {
+	o := deliverOp(p.ID, 0)
+	o.qtimeFn, o.hintQueue, o.hintCtime = qtime, queue, p.Ctime
+	b.job(o)
+}
+
 // Requeue adds a Store.Requeue to the batch.
 func (b *Batch) Requeue(id string, qtime int64) { b.job(requeueOp(id, qtime)) }
 
