@@ -272,11 +272,7 @@ func RunChurn(ctx context.Context, o ChurnOptions) (res *ChurnResult, err error)
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	bin, err := resolveBin(o.ServerBin)
-	if err != nil {
-		return nil, err
-	}
-	sc, err := startScratch(ctx, "diskque-churn-", bin, o.Args, o.ReadyTimeout, o.Progress)
+	sc, err := startScratch(ctx, "diskque-churn-", o.ServerBin, o.Args, o.ReadyTimeout, o.Progress)
 	if err != nil {
 		return nil, err
 	}

@@ -103,11 +103,7 @@ func RunRestart(ctx context.Context, o RestartOptions) (res *RestartResult, err 
 	if o.Count <= 0 {
 		return nil, errors.New("bench: restart: set a count of jobs to fill")
 	}
-	bin, err := resolveBin(o.ServerBin)
-	if err != nil {
-		return nil, err
-	}
-	sc, err := startScratch(ctx, "diskque-restart-", bin, o.Args, o.ReadyTimeout, o.Progress)
+	sc, err := startScratch(ctx, "diskque-restart-", o.ServerBin, o.Args, o.ReadyTimeout, o.Progress)
 	if err != nil {
 		return nil, err
 	}
@@ -232,9 +228,14 @@ type scratch struct {
 	again *Server
 }
 
-// startScratch starts bin on a new temporary directory (prefix names it)
-// and waits until it is ready. close removes everything.
-func startScratch(ctx context.Context, prefix, bin string, args []string, ready time.Duration, progress io.Writer) (*scratch, error) {
+// startScratch starts the server binary serverBin on a new temporary
+// directory (prefix names it) and waits until it is ready. close removes
+// everything.
+func startScratch(ctx context.Context, prefix, serverBin string, args []string, ready time.Duration, progress io.Writer) (*scratch, error) {
+	bin, err := resolveBin(serverBin)
+	if err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		return nil, err
