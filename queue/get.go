@@ -53,7 +53,7 @@ func (b *Broker) GetJobs(ctx context.Context, req GetRequest) ([]Delivered, erro
 		b.mu.Unlock()
 		return nil, err
 	}
-	if failure := b.st.Err(); failure != nil {
+	if b.st.Failing() {
 		// The AOF failed: no delivery can be logged until the store is
 		// reopened. Serve what is safe without a record; a GETJOB that
 		// would block is told why instead (nothing can be queued now).
@@ -67,7 +67,7 @@ func (b *Broker) GetJobs(ctx context.Context, req GetRequest) ([]Delivered, erro
 		case req.NoHang:
 			return nil, nil
 		}
-		return nil, wrapStore(fmt.Errorf("%w: %w", storage.ErrFailed, failure))
+		return nil, wrapStore(fmt.Errorf("%w: %w", storage.ErrFailed, b.st.Err()))
 	}
 	jobs, pending, err := b.deliverLocked(req.Queues, max(req.Count, 1), now)
 	if err != nil || len(jobs) > 0 || req.NoHang {

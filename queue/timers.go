@@ -90,7 +90,7 @@ const (
 // returns ErrClosed if Close happens between chunks; the rest fire after
 // a restart, from the on-disk schedule.
 func (b *Broker) Tick(now int64) error {
-	if b.st.Err() != nil {
+	if b.st.Failing() {
 		// The store failed: no timer can fire until it is reopened (by a
 		// new broker), and retrying every tick would only fill the log.
 		return nil

@@ -356,6 +356,17 @@ func (s *Store) usableLocked() error {
 // the disk works again; until then every operation returns ErrFailed.
 func (s *Store) Failed() <-chan struct{} { return s.failedCh }
 
+// Failing reports whether the store has failed, without taking its lock:
+// hot paths (every GETJOB) ask it.
+func (s *Store) Failing() bool {
+	select {
+	case <-s.failedCh:
+		return true
+	default:
+		return false
+	}
+}
+
 // Err returns the error that made the store fail, or nil.
 func (s *Store) Err() error {
 	s.mu.Lock()
