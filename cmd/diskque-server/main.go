@@ -125,7 +125,7 @@ func run(cfg config) error {
 
 	sopts := storage.DefaultOptions()
 	sopts.Sync = cfg.AppendFsync
-	sopts.SegmentSize = cfg.AOFSegmentSize
+	sopts.SegmentSize = cfg.segmentSize()
 	sopts.Logger = log
 	dir := cfg.Dir
 	if !cfg.AppendOnly {

@@ -213,3 +213,32 @@ func TestShutdownKeepsJobs(t *testing.T) {
 		t.Errorf("QLEN after SHUTDOWN and restart = %d, want 1", n)
 	}
 }
+
+// TestSegmentSizeByMode: 64 MiB segments on disk, 4 MiB in memory (where a
+// segment's regrowth copies it whole), and an explicit size wins; CONFIG
+// GET reports the size in effect.
+func TestSegmentSizeByMode(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int64
+	}{
+		{nil, 64 << 20},
+		{[]string{"--appendonly", "no"}, 4 << 20},
+		{[]string{"--appendonly", "no", "--aof-segment-size", "16mb"}, 16 << 20},
+		{[]string{"--aof-segment-size", "8kb"}, 8 << 10},
+	} {
+		cfg, err := parseArgs(tc.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.segmentSize(); got != tc.want {
+			t.Errorf("%q: segment size %d, want %d", tc.args, got, tc.want)
+		}
+		if got := cfg.value("aof-segment-size"); got != strconv.FormatInt(tc.want, 10) {
+			t.Errorf("%q: CONFIG GET aof-segment-size = %s", tc.args, got)
+		}
+	}
+	if _, err := parseArgs([]string{"--aof-segment-size", "1kb"}); err == nil {
+		t.Error("a 1 KiB segment size was accepted")
+	}
+}
