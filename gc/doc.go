@@ -33,7 +33,10 @@
 // # Bound
 //
 // With MinLiveRatio r every sealed segment that is not being collected is
-// at least r live, so the AOF holds at most live/r bytes plus the active
+// at least r live — live meaning what a rewrite would keep: the live bodies
+// and about 64 bytes of MOVE record around each (storage.SegmentStat
+// LiveRatio) — so the AOF holds at most live/r bytes plus the active
 // segment and the one being rewritten: with the default 0.5, twice the live
-// bodies plus two segments.
+// bodies (and their record overhead) plus two segments. Dead segments wait
+// for the next checkpoint (every minute or 64 MiB of AOF) to be removed.
 package gc
