@@ -39,6 +39,11 @@
 // delays other commands by one chunk, not by the whole expiry; events not
 // fired yet stay in the wheel meanwhile (Wheel.AdvanceLimit).
 //
+// A store that failed (an AOF write or fsync error) takes no changes until
+// it is reopened under a new broker: timers stand still, and GETJOB hands
+// out only durable at-least-once jobs, without a record (so they are
+// delivered again after the reopen, which at-least-once allows).
+//
 // # Time
 //
 // Options.Now is the only clock. Run reads it to drive the timers; Tick
