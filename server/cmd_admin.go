@@ -143,7 +143,7 @@ func debugSleep(s *Server, c *call) {
 		return
 	}
 	sec, err := strconv.ParseFloat(string(c.args[2]), 64)
-	if err != nil || sec < 0 || sec > 1e6 {
+	if err != nil || !(sec >= 0 && sec <= 1e6) { // written so that NaN fails too
 		c.conn.WriteError("ERR value is not a valid float")
 		return
 	}

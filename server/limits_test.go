@@ -203,7 +203,7 @@ func TestDebugSleepStallsOnlyThatConnection(t *testing.T) {
 	if slept < 500*time.Millisecond || fastDone >= slept {
 		t.Errorf("slept %v, other client answered after %v", slept, fastDone)
 	}
-	for _, cmd := range []string{"DEBUG SLEEP", "DEBUG SLEEP x", "DEBUG SLEEP -1"} {
+	for _, cmd := range []string{"DEBUG SLEEP", "DEBUG SLEEP x", "DEBUG SLEEP -1", "DEBUG SLEEP nan", "DEBUG SLEEP NaN", "DEBUG SLEEP inf"} {
 		if got := fast.do(cmd); !strings.HasPrefix(got, "-ERR ") {
 			t.Errorf("%s = %q, want an error", cmd, got)
 		}
