@@ -162,14 +162,19 @@ func (q queueLengths) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// observe counts one run of command name (already lower case) that took d.
-func (m *metrics) observe(name string, d time.Duration) {
+// observe counts n runs of command name (already lower case) that took d
+// together (n > 1 for a batch of pipelined ADDJOBs): each is observed with
+// its share of d.
+func (m *metrics) observe(name string, d time.Duration, n int) {
 	cm, ok := m.byName[name]
 	if !ok {
 		cm = m.unknown
 	}
-	cm.calls.Inc()
-	cm.latency.Observe(d.Seconds())
+	cm.calls.Add(float64(n))
+	each := d.Seconds() / float64(n)
+	for range n {
+		cm.latency.Observe(each)
+	}
 }
 
 // MetricsHandler serves the server's metrics in Prometheus's text format.

@@ -67,3 +67,34 @@ func TestMetrics(t *testing.T) {
 		t.Error("unknown command names became labels")
 	}
 }
+
+// TestPipelinedAddJobsCountOneEach: a run of pipelined ADDJOBs executes as
+// one batch, but INFO and /metrics count every command of it.
+func TestPipelinedAddJobsCountOneEach(t *testing.T) {
+	s, addr := startServer(t)
+	s.SetBroker(newBroker(t))
+	hs := httptest.NewServer(s.MetricsHandler())
+	defer hs.Close()
+	rc := dialResp(t, addr)
+	before := s.commands.Load()
+	rc.send(strings.Repeat("ADDJOB q body 0\r\n", 5))
+	for range 5 {
+		if got := rc.read(); !strings.HasPrefix(got, "+D-") {
+			t.Fatal(got)
+		}
+	}
+	if got := s.commands.Load() - before; got != 5 {
+		t.Errorf("total_commands_processed grew by %d for 5 pipelined ADDJOBs", got)
+	}
+	resp, err := http.Get(hs.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`diskque_commands_processed_total{command="addjob"} 5`, `diskque_command_duration_seconds_count{command="addjob"} 5`} {
+		if !strings.Contains(string(b), want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}

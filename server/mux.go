@@ -70,7 +70,7 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 	}
 	cmd := lookup(args[0])
 	if cmd == nil {
-		s.metrics.observe("unknown", 0)
+		s.metrics.observe("unknown", 0, 1)
 		conn.WriteError(fmt.Sprintf("ERR unknown command '%s'", truncate(string(args[0]), 128)))
 		return 1
 	}
@@ -120,7 +120,12 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 	}
 	cmd.run(s, c)
 	took := time.Since(start)
-	s.metrics.observe(name, took)
+	// Pipelined ADDJOBs run as one batch but are as many commands, for
+	// INFO and /metrics alike; each gets its share of the batch's time.
+	if c.consumed > 0 {
+		s.commands.Add(int64(c.consumed))
+	}
+	s.metrics.observe(name, took, 1+c.consumed)
 	if !blocking(name, args) {
 		s.slowlog.record(args, start, took, cl)
 	}
