@@ -271,10 +271,14 @@ func (l *Log) RemoveSegments(firsts []LSN) error {
 		l.mu.Unlock()
 		return err
 	}
+	remove := make(map[LSN]bool, len(firsts))
+	for _, first := range firsts {
+		remove[first] = true
+	}
 	var drop []segment
 	keep := l.segs[:0:0]
 	for i, seg := range l.segs {
-		if i < len(l.segs)-1 && slices.Contains(firsts, seg.first) {
+		if i < len(l.segs)-1 && remove[seg.first] {
 			drop = append(drop, seg)
 			continue
 		}
@@ -285,9 +289,10 @@ func (l *Log) RemoveSegments(firsts []LSN) error {
 		return nil
 	}
 	l.segs = keep
-	// starts also holds segments queued for creation: filter, don't rebuild.
+	// starts also holds segments queued for creation, after the active one,
+	// which is never removed: filter it, don't rebuild it.
 	l.starts = slices.DeleteFunc(slices.Clone(l.starts), func(first LSN) bool {
-		return slices.ContainsFunc(drop, func(s segment) bool { return s.first == first })
+		return remove[first] && first != keep[len(keep)-1].first
 	})
 	l.mu.Unlock()
 	return l.removeFiles(drop)
@@ -309,27 +314,19 @@ func (l *Log) removeFiles(drop []segment) error {
 	return nil
 }
 
-// TruncateFront removes every whole segment that ends at or before lsn. The
-// active segment is never removed. Segments are removed oldest first, so a
-// crash midway leaves a contiguous log.
+// TruncateFront removes every whole segment that ends at or before lsn: the
+// front of the log, by RemoveSegments. The active segment is never removed.
+// Segments are removed oldest first, so a crash midway leaves a contiguous
+// log.
 func (l *Log) TruncateFront(lsn LSN) error {
-	l.mu.Lock()
-	if err := l.errLocked(); err != nil {
-		l.mu.Unlock()
-		return err
+	var firsts []LSN
+	for _, seg := range l.Segments() {
+		if seg.First+LSN(seg.Size) > lsn {
+			break
+		}
+		firsts = append(firsts, seg.First)
 	}
-	n := 0
-	for n+1 < len(l.segs) && l.segs[n].end() <= lsn {
-		n++
-	}
-	drop := append([]segment(nil), l.segs[:n]...)
-	l.segs = append(l.segs[:0:0], l.segs[n:]...)
-	l.starts = append(l.starts[:0:0], l.starts[n:]...)
-	l.mu.Unlock()
-	if n == 0 {
-		return nil
-	}
-	return l.removeFiles(drop)
+	return l.RemoveSegments(firsts)
 }
 
 // repairTail reads the last segment to its end and returns the size of its
