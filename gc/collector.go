@@ -99,11 +99,11 @@ type Collector struct {
 	// lastCompactDeletes is the store's OrderDeletes at the last compaction.
 	lastCompactDeletes int64
 
-	stop chan struct{}
-	done chan struct{}
+	done chan struct{}  // closed when the background loop has returned
 	wg   sync.WaitGroup // collections started by Start
-	// ctx is canceled by Close, so that a rewrite in progress stops
-	// between batches instead of holding a shutdown for a whole segment.
+	// ctx is canceled by Close: it stops the loop, and a rewrite in
+	// progress stops between batches instead of holding a shutdown for a
+	// whole segment.
 	ctx    context.Context
 	cancel context.CancelFunc
 }
@@ -115,7 +115,7 @@ func New(st *storage.Store, opts Options) (*Collector, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Collector{st: st, opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
+	c := &Collector{st: st, opts: opts, done: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.Interval > 0 {
 		go c.loop()
@@ -131,14 +131,12 @@ func (c *Collector) loop() {
 	defer t.Stop()
 	for {
 		select {
-		case <-c.stop:
+		case <-c.ctx.Done():
 			return
 		case <-t.C:
 		}
-		select {
-		case <-c.stop: // a tick and a stop may both be ready: stop wins
-			return
-		default:
+		if c.ctx.Err() != nil {
+			return // a tick and Close may both be ready: Close wins
 		}
 		if !c.run.TryLock() {
 			continue // an on-demand collection is running
@@ -154,11 +152,6 @@ func (c *Collector) loop() {
 // Close stops the background loop and waits for any collection to finish.
 // The store must still be open.
 func (c *Collector) Close() {
-	select {
-	case <-c.stop:
-	default:
-		close(c.stop)
-	}
 	c.cancel()
 	<-c.done
 	c.wg.Wait()
@@ -250,13 +243,6 @@ func (c *Collector) collectLocked(full bool) (rep Report, err error) {
 		rep.Rewritten++
 		rep.BodiesMoved += res.Moved
 		rep.BytesMoved += res.MovedBytes
-		select {
-		case <-c.stop:
-			// Closing: what was moved is safe; the next checkpoint (Close
-			// makes one) removes the rewritten segments.
-			return rep, nil
-		default:
-		}
 	}
 	if rep.Rewritten > 0 || full {
 		if err := c.st.Checkpoint(); err != nil {
