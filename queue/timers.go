@@ -84,9 +84,10 @@ const (
 // store batch, whose durability it waits for with the lock released, before
 // the next chunk. So a million jobs expiring in the same millisecond delay
 // other commands by one chunk at a time, not by the whole expiry; and the
-// AOF never has more than one chunk of timer records in flight. Events not fired yet stay in the wheel (AdvanceLimit),
-// so every change made between chunks updates them as usual
-// (syncTimersLocked), and the loader refills the room each chunk frees. It
+// AOF never has more than one chunk of timer records in flight. Events not
+// fired yet stay in the wheel (AdvanceLimit), so every change made between
+// chunks updates them as usual (syncTimersLocked), and the loader refills
+// the room each chunk frees. It
 // returns ErrClosed if Close happens between chunks; the rest fire after
 // a restart, from the on-disk schedule.
 func (b *Broker) Tick(now int64) error {
