@@ -53,29 +53,21 @@ func newMetrics(s *Server) *metrics {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
-	storeStat := func(f func(jobs, queued, segments, aofBytes int64) int64) func() float64 {
-		return func() float64 {
-			b := s.broker.Load()
-			if b == nil {
-				return 0
-			}
-			st := b.Store().Stats()
-			var size int64
-			for _, seg := range st.Segments {
-				size += seg.Size
-			}
-			return float64(f(st.Jobs, st.Queued, int64(len(st.Segments)), size))
-		}
-	}
 	m.reg.MustRegister(calls, latency,
 		gauge("diskque_registered_jobs", "Jobs the node holds.",
-			storeStat(func(jobs, _, _, _ int64) int64 { return jobs })),
+			s.storeFigure(func(st storage.Stats) int64 { return st.Jobs })),
 		gauge("diskque_queued_jobs", "Jobs queued, all queues.",
-			storeStat(func(_, queued, _, _ int64) int64 { return queued })),
+			s.storeFigure(func(st storage.Stats) int64 { return st.Queued })),
 		gauge("diskque_aof_segments", "AOF segment files.",
-			storeStat(func(_, _, segments, _ int64) int64 { return segments })),
+			s.storeFigure(func(st storage.Stats) int64 { return int64(len(st.Segments)) })),
 		gauge("diskque_aof_bytes", "Bytes in the AOF segment files.",
-			storeStat(func(_, _, _, size int64) int64 { return size })),
+			s.storeFigure(func(st storage.Stats) int64 {
+				var size int64
+				for _, seg := range st.Segments {
+					size += seg.Size
+				}
+				return size
+			})),
 		gauge("diskque_blocked_clients", "Clients blocked in GETJOB.", func() float64 {
 			if b := s.broker.Load(); b != nil {
 				return float64(b.Stats().BlockedClients)
@@ -86,17 +78,17 @@ func newMetrics(s *Server) *metrics {
 			return float64(s.connectedClients())
 		}),
 		counter("diskque_aof_written_bytes_total", "Bytes ever appended to the AOF.",
-			s.storeCounter(func(st storage.Stats) int64 { return int64(st.AOFEnd) })),
+			s.storeFigure(func(st storage.Stats) int64 { return int64(st.AOFEnd) })),
 		counter("diskque_aof_fsyncs_total", "AOF fsyncs since the store was opened.",
-			s.storeCounter(func(st storage.Stats) int64 { return st.AOFFsyncs })),
+			s.storeFigure(func(st storage.Stats) int64 { return st.AOFFsyncs })),
 		counter("diskque_gc_segments_removed_total", "AOF segments removed because no live job body was left in them.",
-			s.storeCounter(func(st storage.Stats) int64 { return st.Collect.SegmentsRemoved })),
+			s.storeFigure(func(st storage.Stats) int64 { return st.Collect.SegmentsRemoved })),
 		counter("diskque_gc_bytes_reclaimed_total", "Bytes of the AOF segments removed.",
-			s.storeCounter(func(st storage.Stats) int64 { return st.Collect.BytesReclaimed })),
+			s.storeFigure(func(st storage.Stats) int64 { return st.Collect.BytesReclaimed })),
 		counter("diskque_gc_bodies_moved_total", "Live job bodies copied forward by segment rewrites.",
-			s.storeCounter(func(st storage.Stats) int64 { return st.Collect.BodiesMoved })),
+			s.storeFigure(func(st storage.Stats) int64 { return st.Collect.BodiesMoved })),
 		counter("diskque_gc_bytes_moved_total", "Bytes of live job bodies copied forward by segment rewrites.",
-			s.storeCounter(func(st storage.Stats) int64 { return st.Collect.BytesMoved })),
+			s.storeFigure(func(st storage.Stats) int64 { return st.Collect.BytesMoved })),
 		counter("diskque_gc_collections_total", "Segment collections run (background and BGREWRITEAOF).", func() float64 {
 			if col := s.collector.Load(); col != nil {
 				return float64(col.Stats().Collections)
@@ -120,8 +112,8 @@ func counter(name, help string, f func() float64) prometheus.Collector {
 	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
 }
 
-// storeCounter reads one figure of the store's Stats; 0 while loading.
-func (s *Server) storeCounter(f func(storage.Stats) int64) func() float64 {
+// storeFigure reads one figure of the store's Stats; 0 while loading.
+func (s *Server) storeFigure(f func(storage.Stats) int64) func() float64 {
 	return func() float64 {
 		if b := s.broker.Load(); b != nil {
 			return float64(f(b.Store().Stats()))
