@@ -130,7 +130,8 @@ func (s *Store) apply(ops []*op, res []Result) Pending {
 		}
 		return Pending{err: err}
 	}
-	b := s.db.NewBatch()
+	w := &s.sorted
+	w.reset()
 	var end wal.LSN
 	var failure error
 	for i, o := range ops {
@@ -161,7 +162,7 @@ func (s *Store) apply(ops []*op, res []Result) Pending {
 		if failure != nil {
 			break
 		}
-		if failure = s.write(b, o, old, nj, lsn); failure != nil {
+		if failure = s.write(w, o, old, nj, lsn); failure != nil {
 			failure = fmt.Errorf("storage: apply lsn %d: %w", lsn, failure)
 			break
 		}
@@ -172,14 +173,16 @@ func (s *Store) apply(ops []*op, res []Result) Pending {
 		res[i].Job, res[i].Old = nj, old
 	}
 	if end == 0 && failure == nil {
-		b.Close()
 		s.mu.Unlock()
 		return Pending{}
 	}
 	if failure == nil {
-		failure = s.commitBatch(b)
-	} else {
-		b.Close()
+		b := s.db.NewBatch()
+		if failure = w.emit(b); failure == nil {
+			failure = s.commitBatch(b)
+		} else {
+			b.Close()
+		}
 	}
 	if failure != nil {
 		// Records may be in the log but not in the index: only a reopen
@@ -321,7 +324,7 @@ func (s *Store) resolve(r pebble.Reader, overlay map[string]*Job, o *op) (old, n
 // write adds a resolved record's effects to b. Live operations and replay
 // both end here, so the index is a function of the log. Counters are
 // updated in memory and marked dirty; commitBatch writes them.
-func (s *Store) write(b *pebble.Batch, o *op, old, nj *Job, lsn wal.LSN) error {
+func (s *Store) write(b indexWriter, o *op, old, nj *Job, lsn wal.LSN) error {
 	switch o.typ {
 	case recNode:
 		s.nodeID = o.node
@@ -356,7 +359,7 @@ func (s *Store) write(b *pebble.Batch, o *op, old, nj *Job, lsn wal.LSN) error {
 // flushing ten million jobs is one small batch, and Pebble drops the
 // covered keys wholesale when it compacts. The derived counters start from
 // zero; every AOF segment before this record holds only dead bodies now.
-func (s *Store) flushAll(b *pebble.Batch) error {
+func (s *Store) flushAll(b indexWriter) error {
 	var errs []error
 	for _, p := range []byte{prefixJob, prefixQueue, prefixSchedule, prefixCount, prefixSegment, prefixPause} {
 		errs = append(errs, b.DeleteRange([]byte{p}, []byte{p + 1}, nil))
@@ -374,7 +377,7 @@ func (s *Store) flushAll(b *pebble.Batch) error {
 
 // putJob writes the index changes that take a job from old to nj (either may
 // be nil) and updates the derived counters.
-func (s *Store) putJob(b *pebble.Batch, old, nj *Job) error {
+func (s *Store) putJob(b indexWriter, old, nj *Job) error {
 	// Keys and values are built in scratch buffers (guarded by mu): the
 	// batch copies them.
 	var err error

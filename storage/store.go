@@ -37,8 +37,9 @@ type Store struct {
 	failedCh chan struct{}
 	closed   bool
 	scratch  []byte
-	kbuf     []byte // index key scratch for putJob
-	vbuf     []byte // index value scratch for putJob
+	kbuf     []byte      // index key scratch for putJob
+	vbuf     []byte      // index value scratch for putJob
+	sorted   sortedBatch // a live commit's index writes, see sorted_batch.go
 	// Derived counters, persisted in every batch that changes them.
 	queued   map[string]int64        // queued jobs per queue
 	paused   map[string]PauseState   // non-none pause states
