@@ -179,12 +179,29 @@ func decodeOp(typ wal.RecordType, payload []byte) (*op, error) {
 	return o, nil
 }
 
+// jobEncodingVersion heads a job in an ADD record, and every index value of
+// an index in format 1.
 const jobEncodingVersion = 1
+
+// indexValueVersion heads an index value (j/ and q/ keys) of format 2: the
+// job without what its key or the store already says, which was more than
+// half of a format-1 value. The id is in the key; the node list, when it is
+// just this store's node (every job of a lone node), is a flag.
+const indexValueVersion = 2
+
+// indexFlagSelfNodes: the job's nodes are exactly the store's node.
+const indexFlagSelfNodes = 1
 
 // appendJobHeader encodes everything of a job but its body location.
 func appendJobHeader(dst []byte, j *Job) []byte {
 	dst = append(dst, jobEncodingVersion)
 	dst = append(dst, j.ID...)
+	dst = appendJobFields(dst, j)
+	return appendNodes(dst, j.Nodes)
+}
+
+// appendJobFields encodes the fields between the id and the node list.
+func appendJobFields(dst []byte, j *Job) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(j.Queue)))
 	dst = append(dst, j.Queue...)
 	dst = append(dst, byte(j.State))
@@ -197,27 +214,72 @@ func appendJobHeader(dst []byte, j *Job) []byte {
 	dst = binary.AppendUvarint(dst, uint64(j.AdditionalDeliveries))
 	dst = binary.AppendUvarint(dst, uint64(j.Deliveries))
 	dst = binary.AppendVarint(dst, j.QueueTime)
-	dst = binary.AppendVarint(dst, j.AwakeTime)
-	dst = binary.AppendUvarint(dst, uint64(len(j.Nodes)))
-	for _, n := range j.Nodes {
+	return binary.AppendVarint(dst, j.AwakeTime)
+}
+
+func appendNodes(dst []byte, nodes []string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(nodes)))
+	for _, n := range nodes {
 		dst = binary.AppendUvarint(dst, uint64(len(n)))
 		dst = append(dst, n...)
 	}
 	return dst
 }
 
-// encodeJob encodes a job's index value: its header and body location.
-func encodeJob(dst []byte, j *Job) []byte {
-	dst = appendJobHeader(dst, j)
+// encodeJob encodes a job's index value (format 2) for a store whose node
+// id is self ("" before it has one: the node list is then written out).
+func encodeJob(dst []byte, j *Job, self string) []byte {
+	dst = append(dst, indexValueVersion)
+	selfOnly := self != "" && len(j.Nodes) == 1 && j.Nodes[0] == self
+	if selfOnly {
+		dst = append(dst, indexFlagSelfNodes)
+	} else {
+		dst = append(dst, 0)
+	}
+	dst = appendJobFields(dst, j)
+	if !selfOnly {
+		dst = appendNodes(dst, j.Nodes)
+	}
 	dst = binary.AppendUvarint(dst, uint64(j.BodyLSN))
 	dst = binary.AppendUvarint(dst, uint64(j.BodySize))
 	return binary.AppendUvarint(dst, uint64(j.StoredSize))
 }
 
-func decodeJob(b []byte) (*Job, error) {
+// decodeJob decodes the index value of the job with this id, in either
+// format. self is the store's node list ([node id]), which a format-2 value
+// may refer to; decoded jobs share it (Nodes is never modified in place).
+func decodeJob(id string, b []byte, self []string) (*Job, error) {
 	d := decoder{b: b}
 	j := &Job{}
-	d.jobHeader(j)
+	switch {
+	case len(b) > 0 && b[0] == jobEncodingVersion:
+		d.jobHeader(j)
+		if d.err == nil && j.ID != id {
+			d.fail(fmt.Sprintf("holds job %q", j.ID))
+		}
+	case len(b) > 0 && b[0] == indexValueVersion:
+		d.byte()
+		flags := d.byte()
+		if flags&^indexFlagSelfNodes != 0 {
+			d.fail(fmt.Sprintf("unknown flags %#x", flags))
+		}
+		if len(id) != JobIDLen {
+			d.fail("bad id")
+		}
+		j.ID = id
+		d.jobFields(j)
+		if flags&indexFlagSelfNodes != 0 {
+			if len(self) != 1 {
+				d.fail("refers to the node id of a store that has none")
+			}
+			j.Nodes = self
+		} else {
+			d.nodes(j)
+		}
+		d.checkState(j)
+	default:
+		d.fail("unknown job encoding version")
+	}
 	j.BodyLSN = wal.LSN(d.uvarint())
 	j.BodySize = d.u32()
 	j.StoredSize = d.u32()
@@ -225,7 +287,7 @@ func decodeJob(b []byte) (*Job, error) {
 		d.fail("trailing bytes")
 	}
 	if d.err != nil {
-		return nil, fmt.Errorf("storage: malformed job record: %v", d.err)
+		return nil, fmt.Errorf("storage: malformed job record of %s: %v", id, d.err)
 	}
 	return j, nil
 }
@@ -313,6 +375,12 @@ func (d *decoder) jobHeader(j *Job) {
 		d.fail(fmt.Sprintf("unknown job encoding version %d", v))
 	}
 	j.ID = d.id()
+	d.jobFields(j)
+	d.nodes(j)
+	d.checkState(j)
+}
+
+func (d *decoder) jobFields(j *Job) {
 	j.Queue = d.str()
 	j.State = State(d.byte())
 	j.Ctime = d.uvarint()
@@ -329,6 +397,9 @@ func (d *decoder) jobHeader(j *Job) {
 	j.Deliveries = d.u32()
 	j.QueueTime = d.varint()
 	j.AwakeTime = d.varint()
+}
+
+func (d *decoder) nodes(j *Job) {
 	n := d.uvarint()
 	if n > uint64(len(d.b)) {
 		d.fail("too many nodes")
@@ -337,6 +408,9 @@ func (d *decoder) jobHeader(j *Job) {
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		j.Nodes = append(j.Nodes, d.str())
 	}
+}
+
+func (d *decoder) checkState(j *Job) {
 	if d.err == nil && (j.State < StateWaitRepl || j.State > StateAcked) {
 		d.fail(fmt.Sprintf("bad job state %d", j.State))
 	}

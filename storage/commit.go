@@ -267,7 +267,7 @@ func (s *Store) prefetchQueued(ops []*op, overlay map[string]*Job) error {
 			if _, found := slices.BinarySearchFunc(want, QueuePos{Ctime: ctime, ID: id}, cmpQueuePos); !found {
 				continue
 			}
-			j, err := decodeJob(it.Value())
+			j, err := decodeJob(id, it.Value(), s.selfNodes)
 			if err != nil {
 				it.Close()
 				return err
@@ -327,7 +327,7 @@ func (s *Store) resolve(r pebble.Reader, overlay map[string]*Job, o *op) (old, n
 func (s *Store) write(b indexWriter, o *op, old, nj *Job, lsn wal.LSN) error {
 	switch o.typ {
 	case recNode:
-		s.nodeID = o.node
+		s.setNodeID(o.node)
 		return b.Set(keyNodeID, []byte(o.node), nil)
 	case recFlush:
 		return s.flushAll(b)
@@ -392,7 +392,7 @@ func (s *Store) putJob(b indexWriter, old, nj *Job) error {
 		}
 	}
 	if nj != nil {
-		s.vbuf = encodeJob(s.vbuf[:0], nj)
+		s.vbuf = encodeJob(s.vbuf[:0], nj, s.nodeID)
 		s.kbuf = appendJobKey(s.kbuf[:0], nj.ID)
 		set(s.kbuf, s.vbuf)
 	} else {

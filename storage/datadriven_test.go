@@ -568,7 +568,7 @@ func (h *ddHarness) checkInvariants() []string {
 	wantS := map[Event]bool{}
 	wantCount := map[string]int64{}
 	h.scanKeys(prefixJob, func(k, v []byte) {
-		j, err := decodeJob(v)
+		j, err := decodeJob(string(k[1:]), v, h.s.selfNodes)
 		if err != nil {
 			bad = append(bad, fmt.Sprintf("job %x: %v", k, err))
 			return

@@ -43,6 +43,15 @@
 // id), p/ pause states, c/ queued counts, g/ live bodies per AOF segment, m/
 // metadata (applied LSN, node id, format version, job count).
 //
+// Job values are format 2 (codec.go encodeJob): the id is left to the key
+// and a node list that is just this store's node to a flag, which more than
+// halves them. Open still reads format-1 values (an index written before)
+// and marks such an index format 2, which older builds refuse.
+//
+// A live commit hands its index writes to Pebble in key order, the last
+// write of each key only (sorted_batch.go): the memtable inserts of a
+// batch's queue-order and schedule keys then land next to each other.
+//
 // # Invariants
 //
 //   - A job has a q/ key if and only if its state is queued, and the key's

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"testing"
@@ -140,19 +141,39 @@ func FuzzDecodeRecord(f *testing.F) {
 	})
 }
 
+// fuzzSelf is the store node the fuzzed index values are decoded for: the
+// first seed job's first node, so that the seeds hold jobs of that node
+// alone (the flagged form), of it and others, and of others.
+var fuzzSelf = []string{"node-a"}
+
+// encodeJobV1 is an index value as format 1 wrote it (what an index written
+// before format 2 still holds).
+func encodeJobV1(dst []byte, j *Job) []byte {
+	dst = appendJobHeader(dst, j)
+	dst = binary.AppendUvarint(dst, uint64(j.BodyLSN))
+	dst = binary.AppendUvarint(dst, uint64(j.BodySize))
+	return binary.AppendUvarint(dst, uint64(j.StoredSize))
+}
+
 // FuzzDecodeJob: decodeJob never panics, and what it decodes re-encodes to a
 // value that decodes to the same job.
 func FuzzDecodeJob(f *testing.F) {
 	for _, j := range fuzzSeedJobs() {
-		for _, b := range fuzzVariants(encodeJob(nil, j)) {
-			f.Add(b)
+		self := *j
+		self.Nodes = fuzzSelf
+		for _, j := range []*Job{j, &self} {
+			for _, b := range fuzzVariants(encodeJob(nil, j, fuzzSelf[0])) {
+				f.Add(b)
+			}
+			f.Add(encodeJobV1(nil, j))
 		}
 	}
 	f.Add([]byte{})
 	f.Add([]byte{jobEncodingVersion})
+	f.Add([]byte{indexValueVersion, indexFlagSelfNodes})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		orig := append([]byte(nil), b...)
-		j, err := decodeJob(b)
+		j, err := decodeJob(fuzzJobID, b, fuzzSelf)
 		if !bytes.Equal(b, orig) {
 			t.Fatalf("decodeJob modified its input")
 		}
@@ -165,24 +186,24 @@ func FuzzDecodeJob(f *testing.F) {
 		if j.State < StateWaitRepl || j.State > StateAcked {
 			t.Fatalf("decoded a job in state %d", j.State)
 		}
-		if len(j.ID) != JobIDLen {
-			t.Fatalf("decoded an id of %d bytes", len(j.ID))
+		if j.ID != fuzzJobID {
+			t.Fatalf("decoded job %q from the value of %q", j.ID, fuzzJobID)
 		}
-		enc := encodeJob(nil, j)
+		enc := encodeJob(nil, j, fuzzSelf[0])
 		for i := range b {
 			b[i] ^= 0xff
 		}
-		if enc2 := encodeJob(nil, j); !bytes.Equal(enc, enc2) {
+		if enc2 := encodeJob(nil, j, fuzzSelf[0]); !bytes.Equal(enc, enc2) {
 			t.Fatalf("decoded job aliases its input")
 		}
-		j2, err := decodeJob(enc)
+		j2, err := decodeJob(fuzzJobID, enc, fuzzSelf)
 		if err != nil {
 			t.Fatalf("re-encoded job does not decode: %v\njob: %+v\ninput %x\nre-encoded %x", err, j, orig, enc)
 		}
 		if !reflect.DeepEqual(j, j2) {
 			t.Fatalf("round trip changed the job:\n%+v\n%+v", j, j2)
 		}
-		if enc3 := encodeJob(nil, j2); !bytes.Equal(enc, enc3) {
+		if enc3 := encodeJob(nil, j2, fuzzSelf[0]); !bytes.Equal(enc, enc3) {
 			t.Fatalf("encoding is not stable: %x then %x", enc, enc3)
 		}
 		// Every index key a decoded job implies must be parseable back.
@@ -199,6 +220,44 @@ func FuzzDecodeJob(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestIndexValueFormats pins what format 2 leaves out, and that format-1
+// values still decode to the same job.
+func TestIndexValueFormats(t *testing.T) {
+	for i, j := range fuzzSeedJobs() {
+		self := *j
+		self.Nodes = []string{fuzzSelf[0]}
+		for _, j := range []*Job{j, &self} {
+			v2 := encodeJob(nil, j, fuzzSelf[0])
+			v1 := encodeJobV1(nil, j)
+			for _, v := range [][]byte{v1, v2} {
+				got, err := decodeJob(j.ID, v, fuzzSelf)
+				if err != nil {
+					t.Fatalf("seed %d, format %d: %v", i, v[0], err)
+				}
+				if !reflect.DeepEqual(got, j) {
+					t.Fatalf("seed %d, format %d: decoded\n%+v\nwant\n%+v", i, v[0], got, j)
+				}
+			}
+			// The id is never in a format-2 value; the node list is not
+			// when it is the store's node alone.
+			saved := len(j.ID)
+			if len(j.Nodes) == 1 && j.Nodes[0] == fuzzSelf[0] {
+				saved += 1 + 1 + len(fuzzSelf[0]) // count, length, id
+			}
+			if want := len(v1) - saved + 1; len(v2) != want { // +1: the flags byte
+				t.Fatalf("seed %d: format 2 is %d bytes, want %d (format 1: %d)", i, len(v2), want, len(v1))
+			}
+		}
+		if _, err := decodeJob("D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-0000", encodeJobV1(nil, j), fuzzSelf); err == nil {
+			t.Fatalf("seed %d: a format-1 value decoded under another job's id", i)
+		}
+	}
+	flagged := encodeJob(nil, &Job{ID: fuzzJobID, Queue: "q", State: StateQueued, Nodes: fuzzSelf}, fuzzSelf[0])
+	if _, err := decodeJob(fuzzJobID, flagged, nil); err == nil {
+		t.Fatal("a value naming the store's node decoded for a store without a node id")
+	}
 }
 
 // TestCodecSeedsRoundTrip checks the seeds themselves: every record and job
@@ -223,7 +282,7 @@ func TestCodecSeedsRoundTrip(t *testing.T) {
 		}
 	}
 	for _, j := range fuzzSeedJobs() {
-		got, err := decodeJob(encodeJob(nil, j))
+		got, err := decodeJob(j.ID, encodeJob(nil, j, fuzzSelf[0]), fuzzSelf)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,8 +53,11 @@ func decodeState(v []byte) (wal.LSN, int64, error) {
 	return wal.LSN(binary.BigEndian.Uint64(v)), int64(jobs), nil
 }
 
-// formatVersion is written once; Open refuses an index of another version.
-const formatVersion = 1
+// formatVersion is the index's format. Format 1 wrote index values with
+// the id and node list spelled out; format 2 (encodeJob) leaves out what the
+// key or the store says. Open reads both, marks a format-1 index as format 2
+// (its old values stay readable), and refuses any other.
+const formatVersion = 2
 
 // EventKind is the kind of a schedule event.
 type EventKind uint8

@@ -153,7 +153,7 @@ func (s *Store) ScanJobs(after string, limit int) ([]*Job, error) {
 	}
 	var out []*Job
 	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
-		j, err := decodeJob(it.Value())
+		j, err := decodeJob(string(it.Key()[1:]), it.Value(), s.selfNodes)
 		if err != nil {
 			it.Close()
 			return nil, err

@@ -49,6 +49,7 @@ type Store struct {
 	dirtyQueues   map[string]struct{}
 	dirtySegments map[wal.LSN]struct{}
 	nodeID        string
+	selfNodes     []string  // []string{nodeID}: the node list of a job of this node alone
 	cache         *jobCache // recently written jobs, see cache.go
 
 	// logRef is log for Pebble's flush hook, which may run on Pebble's
@@ -207,12 +208,16 @@ func (s *Store) loadMeta() error {
 	if err != nil {
 		return err
 	}
-	if v == nil {
+	switch ver, _ := binary.Uvarint(v); {
+	case v == nil || ver == 1:
+		// A new index, or one of format 1, whose values this build still
+		// reads: it is format 2 from the first value written, and an
+		// older build must refuse it from now on.
 		if err := s.db.Set(keyFormat, binary.AppendUvarint(nil, formatVersion), pebble.NoSync); err != nil {
 			return err
 		}
-	} else if ver, _ := binary.Uvarint(v); ver != formatVersion {
-		return fmt.Errorf("storage: index format %d, this build reads %d", ver, formatVersion)
+	case ver != formatVersion:
+		return fmt.Errorf("storage: index format %d, this build reads 1 and %d", ver, formatVersion)
 	}
 	if v, err = s.get(s.db, keyState); err != nil {
 		return err
@@ -224,7 +229,7 @@ func (s *Store) loadMeta() error {
 	if v, err = s.get(s.db, keyNodeID); err != nil {
 		return err
 	} else if v != nil {
-		s.nodeID = string(v)
+		s.setNodeID(string(v))
 	}
 	err = s.scanPrefix([]byte{prefixCount}, func(k, v []byte) error {
 		n, _ := binary.Uvarint(v)
@@ -414,7 +419,7 @@ func (s *Store) getJob(r pebble.Reader, id string) (*Job, error) {
 		return nil, err
 	}
 	defer closer.Close()
-	return decodeJob(v)
+	return decodeJob(id, v, s.selfNodes)
 }
 
 func (s *Store) scanPrefix(prefix []byte, fn func(k, v []byte) error) error {
@@ -608,4 +613,10 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	p.l.Error("pebble: fatal: " + msg)
 	panic("pebble: " + msg)
+}
+
+// setNodeID records the store's node id.
+func (s *Store) setNodeID(id string) {
+	s.nodeID = id
+	s.selfNodes = []string{id}
 }
