@@ -17,6 +17,9 @@ type Broker struct {
 	opts Options
 	st   *storage.Store
 	node string
+	// adds merges concurrent AddJobs calls into one store batch (it has
+	// its own lock; see addCombiner).
+	adds addCombiner
 
 	// mu guards everything below. Lock order: Broker.mu, then the store's
 	// internal lock. Store operations are applied under mu (so heads, wheel

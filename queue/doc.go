@@ -53,5 +53,9 @@
 //
 // Broker's methods are safe for concurrent use. Lock order: Broker.mu, then
 // the store's internal locks. Head and Wheel are not safe for concurrent use;
-// the broker guards them.
+// the broker guards them. Concurrent AddJobs calls are merged: the calls
+// waiting while one round is applied become the next round, one store batch
+// of up to 1024 jobs (add.go, addCombiner); a call returns only once its own
+// jobs are durable, so the merge changes batching, never what a client is
+// told.
 package queue
