@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/diskque/diskque/storage"
+	"github.com/diskque/diskque/wal"
 )
 
 // Options configure a Collector. The zero value of a field means its default.
@@ -98,6 +99,10 @@ type Collector struct {
 	stats Stats
 	// lastCompactDeletes is the store's OrderDeletes at the last compaction.
 	lastCompactDeletes int64
+	// seen is each segment's live bytes at the last collection (Policy
+	// Previous); nil before the first, when there is no history. Guarded by
+	// run.
+	seen map[wal.LSN]int64
 
 	done chan struct{}  // closed when the background loop has returned
 	wg   sync.WaitGroup // collections started by Start
@@ -118,6 +123,9 @@ func New(st *storage.Store, opts Options) (*Collector, error) {
 	c := &Collector{st: st, opts: opts, done: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.Interval > 0 {
+		// The background loop's history starts now, so that its first
+		// collection already leaves alone segments being drained.
+		c.seen = liveBytes(st.Stats().Segments)
 		go c.loop()
 	} else {
 		close(c.done)
@@ -221,7 +229,9 @@ func (c *Collector) collectLocked(full bool) (rep Report, err error) {
 				"index_compacted", rep.Compacted, "took", rep.Duration.Round(time.Millisecond))
 		}
 	}()
-	policy := Policy{MinLiveRatio: c.opts.MinLiveRatio, MaxMoveBytes: c.opts.MaxMoveBytes}
+	segs := c.st.Stats().Segments
+	policy := Policy{MinLiveRatio: c.opts.MinLiveRatio, MaxMoveBytes: c.opts.MaxMoveBytes, Previous: c.seen}
+	c.seen = liveBytes(segs)
 	if full {
 		// Everything sealed becomes eligible: checkpoint first so that the
 		// segments written since the last checkpoint are.
@@ -229,8 +239,9 @@ func (c *Collector) collectLocked(full bool) (rep Report, err error) {
 		if err := c.st.Checkpoint(); err != nil {
 			return rep, err
 		}
+		segs = c.st.Stats().Segments
 	}
-	for _, first := range pick(c.st.Stats().Segments, policy) {
+	for _, first := range pick(segs, policy) {
 		res, err := c.st.RewriteSegment(c.ctx, first)
 		if errors.Is(err, context.Canceled) {
 			// Closing: what was moved is safe; the next checkpoint (Close

@@ -334,3 +334,43 @@ func TestOptionsValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainingSegmentsWait: a sparse segment that lost live bodies since the
+// previous collection (consumers are draining it) is left alone; once it
+// holds still, the next collection rewrites it.
+func TestDrainingSegmentsWait(t *testing.T) {
+	dir := t.TempDir()
+	f := &fixture{t: t, s: openStore(t, dir), bodies: map[string][]byte{}}
+	var jobs []*storage.Job
+	for range 400 { // about 6 segments, all live
+		jobs = append(jobs, f.add(1000, false))
+	}
+	if err := f.s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(f.s, quietOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if rep, err := c.Collect(false); err != nil || rep.Rewritten != 0 {
+		t.Fatalf("dense segments: %+v, %v", rep, err)
+	}
+	// Drain seven jobs in eight, as consumers taking the queue would.
+	for i, j := range jobs {
+		if i%8 != 0 {
+			f.del(j.ID)
+		}
+	}
+	if err := f.s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := c.Collect(false); err != nil || rep.Rewritten != 0 {
+		t.Fatalf("segments drained since the last collection were rewritten: %+v, %v", rep, err)
+	}
+	rep, err := c.Collect(false)
+	if err != nil || rep.Rewritten < 4 || rep.BodiesMoved < 40 {
+		t.Fatalf("settled sparse segments were not rewritten: %+v, %v", rep, err)
+	}
+	f.check(f.s)
+}

@@ -39,4 +39,11 @@
 // segment and the one being rewritten: with the default 0.5, twice the live
 // bodies (and their record overhead) plus two segments. Dead segments wait
 // for the next checkpoint (every minute or 64 MiB of AOF) to be removed.
+//
+// Segments still losing live bodies are not rewritten (Policy.Previous): a
+// background collection takes only segments whose live bytes held still
+// since the one before, because a queue being drained in order empties its
+// segments by itself, seconds after a rewrite would have copied them. So
+// the bound above holds one collection interval late for the segments
+// sealed or drained within the last interval.
 package gc

@@ -17,6 +17,26 @@ type Policy struct {
 	// MaxMoveBytes bounds the live bytes one collection copies; the first
 	// pick is always taken, however large. Zero or negative: no bound.
 	MaxMoveBytes int64
+	// Previous, if not nil, is each segment's live bytes at the previous
+	// collection, and only segments that held still since are taken. A
+	// segment that lost live bodies since (or was not sealed yet) is most
+	// likely being drained — consumers taking a backlog in order empty its
+	// segments one after the other — and will be dead without a copy:
+	// rewriting it would copy bodies seconds before they are acked. Jobs
+	// that stay (delayed ones, a slow queue) leave their segments still, and
+	// those are taken at the next collection. A full collection
+	// (MinLiveRatio 1) ignores it.
+	Previous map[wal.LSN]int64
+}
+
+// liveBytes maps each segment to its live bytes: the Previous of the next
+// pick.
+func liveBytes(segs []storage.SegmentStat) map[wal.LSN]int64 {
+	m := make(map[wal.LSN]int64, len(segs))
+	for _, s := range segs {
+		m[s.First] = s.LiveBytes
+	}
+	return m
 }
 
 // pick returns the first LSNs of the segments to rewrite, sparsest first
@@ -32,6 +52,9 @@ func pick(segs []storage.SegmentStat, p Policy) []wal.LSN {
 			continue
 		}
 		if p.MinLiveRatio < 1 && s.LiveRatio() >= p.MinLiveRatio {
+			continue
+		}
+		if prev, seen := p.Previous[s.First]; p.MinLiveRatio < 1 && p.Previous != nil && (!seen || s.LiveBytes < prev) {
 			continue
 		}
 		cands = append(cands, s)

@@ -43,6 +43,13 @@ func TestPick(t *testing.T) {
 		{"full collection takes dense segments too", []storage.SegmentStat{seg(0, 99, 9), seg(100, 0, 0), seg(200, 60, 6), fresh, active},
 			Policy{MinLiveRatio: 1}, []wal.LSN{200, 0}},
 		{"a ratio of exactly the threshold stays", []storage.SegmentStat{seg(0, 50, 5)}, half, nil},
+		{"with history, a segment still being drained waits", []storage.SegmentStat{seg(0, 10, 1), seg(100, 20, 2), seg(200, 30, 3)},
+			Policy{MinLiveRatio: 0.5, Previous: map[wal.LSN]int64{0: seg(0, 15, 2).LiveBytes, 100: seg(100, 20, 2).LiveBytes}},
+			[]wal.LSN{100}},
+		{"with history, a segment not seen before waits", []storage.SegmentStat{seg(0, 10, 1), seg(100, 20, 2)},
+			Policy{MinLiveRatio: 0.5, Previous: map[wal.LSN]int64{}}, nil},
+		{"a full collection ignores history", []storage.SegmentStat{seg(0, 10, 1)},
+			Policy{MinLiveRatio: 1, Previous: map[wal.LSN]int64{}}, []wal.LSN{0}},
 		{"live jobs' headers are not garbage", []storage.SegmentStat{
 			// 300 live 100-byte jobs in 72 kB of ADD records: 42% of the
 			// bytes are bodies, but a rewrite would keep 68% of them.
