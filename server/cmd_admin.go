@@ -412,6 +412,8 @@ func storageInfo(st *storage.Store) []string {
 		fmt.Sprintf("index_size:%d", m.DiskSpaceUsage()),
 		fmt.Sprintf("index_l0_files:%d", m.Levels[0].TablesCount),
 		fmt.Sprintf("memtable_bytes:%d", m.MemTable.Size),
+		fmt.Sprintf("index_write_buffer_bytes:%d", stats.WriteBufferBytes),
+		fmt.Sprintf("index_write_buffer_flushes:%d", stats.WriteBufferFlushes),
 		fmt.Sprintf("block_cache_hit_rate:%.3f", hitRate),
 	}
 }

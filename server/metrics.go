@@ -81,6 +81,8 @@ func newMetrics(s *Server) *metrics {
 			s.storeFigure(func(st storage.Stats) int64 { return int64(st.AOFEnd) })),
 		counter("diskque_aof_fsyncs_total", "AOF fsyncs since the store was opened.",
 			s.storeFigure(func(st storage.Stats) int64 { return st.AOFFsyncs })),
+		counter("diskque_index_write_buffer_flushes_total", "Flushes of the index write buffer into Pebble.",
+			s.storeFigure(func(st storage.Stats) int64 { return st.WriteBufferFlushes })),
 		counter("diskque_gc_segments_removed_total", "AOF segments removed because no live job body was left in them.",
 			s.storeFigure(func(st storage.Stats) int64 { return st.Collect.SegmentsRemoved })),
 		counter("diskque_gc_bytes_reclaimed_total", "Bytes of the AOF segments removed.",

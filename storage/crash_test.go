@@ -323,7 +323,15 @@ func TestAOFWriteErrorFailsStore(t *testing.T) {
 				}
 				return nil
 			}))
-			s := openCrash(t, efs, sync)
+			// Every commit's writes go to Pebble at once, so that its
+			// memtable holds records the failed AOF never got: the case
+			// the fence is for.
+			opts := crashOpts(efs, sync)
+			opts.WriteBufferSize = -1
+			s, err := Open(eqDir, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
 			h := newModelHistory(newJobModel(), 0)
 			noteOpen(h, s)
 			g := newOpGen(7, s.NodeID())

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/diskque/diskque/wal"
 )
@@ -545,16 +543,14 @@ func (h *ddHarness) allEvents() []Event {
 	return out
 }
 
-// scanKeys calls fn for every index key with the prefix byte.
+// scanKeys calls fn for every index key with the prefix byte, in the index
+// as the store reads it (its write buffer over Pebble).
 func (h *ddHarness) scanKeys(prefix byte, fn func(k, v []byte)) {
-	it, err := h.s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
+	err := h.s.scanPrefix([]byte{prefix}, func(k, v []byte) error {
+		fn(k, v)
+		return nil
+	})
 	if err != nil {
-		h.t.Fatalf("scan %c: %v", prefix, err)
-	}
-	for ok := it.First(); ok; ok = it.Next() {
-		fn(it.Key(), it.Value())
-	}
-	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		h.t.Fatalf("scan %c: %v", prefix, err)
 	}
 }

@@ -48,9 +48,17 @@
 // halves them. Open still reads format-1 values (an index written before)
 // and marks such an index format 2, which older builds refuse.
 //
-// A live commit hands its index writes to Pebble in key order, the last
-// write of each key only (sorted_batch.go): the memtable inserts of a
-// batch's queue-order and schedule keys then land next to each other.
+// Live commits do not write Pebble directly: their index writes gather in a
+// write buffer (write_buffer.go), an ordered map of each key's last write,
+// given to Pebble as one batch in key order once it holds
+// Options.WriteBufferSize bytes, at a checkpoint and at close. A key the
+// buffer created and then deleted never reaches Pebble, so a job added,
+// delivered and acked within one buffer costs Pebble nothing; what does
+// reach it is one large sorted batch, whose memtable inserts are cheap.
+// Reads see the buffer over Pebble. The derived counters and the applied LSN
+// go only with a buffer flush, so the index in Pebble is always the state
+// after a prefix of the AOF, and recovery is unchanged: the buffer is lost in
+// a crash and the replay of the AOF tail rebuilds it.
 //
 // # Invariants
 //

@@ -106,6 +106,16 @@ func (r *eqRun) steps(n int) {
 		case x < 5:
 			// What Pebble does on its own when a memtable fills, at any
 			// point: its FlushBegin hook must make the AOF durable first.
+			// Half the time the write buffer goes to Pebble first, as when
+			// it fills.
+			if r.rng.IntN(2) == 0 {
+				r.s.mu.Lock()
+				err := r.s.flushBufferLocked()
+				r.s.mu.Unlock()
+				if err != nil {
+					r.t.Fatalf("write buffer flush: %v", err)
+				}
+			}
 			if err := r.s.db.Flush(); err != nil {
 				r.t.Fatalf("index flush: %v", err)
 			}

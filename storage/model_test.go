@@ -667,7 +667,7 @@ func checkQueueValues(t testing.TB, s *Store) {
 		if err != nil {
 			return err
 		}
-		j, err := s.getJob(s.db, id)
+		j, err := s.lockedJob(id)
 		if err != nil || j == nil {
 			return fmt.Errorf("queue key of %s without a job: %v", id, err)
 		}
@@ -679,4 +679,14 @@ func checkQueueValues(t testing.TB, s *Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// lockedJob reads a job as the commit path does (cache aside): the write
+// buffer, then Pebble. For checks that run inside scanPrefix, which holds mu.
+func (s *Store) lockedJob(id string) (*Job, error) {
+	j, found, err := s.getBuffered(id)
+	if err != nil || found {
+		return j, err
+	}
+	return s.getJob(s.db, id)
 }

@@ -24,7 +24,16 @@ func (s *Store) Job(id string) (*Job, error) {
 	}
 	s.mu.Lock()
 	j, ok := s.cache.get(id)
+	var err error
+	if !ok {
+		j, ok, err = s.getBuffered(id)
+	}
 	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	// Not in the buffer: Pebble has the job's latest state (a flush moves
+	// a write from the buffer to Pebble under mu).
 	if !ok {
 		var err error
 		if j, err = s.getJob(s.db, id); err != nil {
@@ -87,24 +96,23 @@ func (s *Store) queueScan(prefix, lower []byte, limit int, reverse bool) ([]Queu
 	if limit <= 0 {
 		return nil, nil
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return nil, err
-	}
 	var out []QueuePos
-	step, ok := it.Next, it.First()
-	if reverse {
-		step, ok = it.Prev, it.Last()
-	}
-	for ; ok && len(out) < limit; ok = step() {
-		ctime, id, err := parseQueueKey(it.Key())
-		if err != nil {
-			it.Close()
-			return nil, err
+	var perr error
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.scanMerged(lower, prefixEnd(prefix), reverse, func(k, _ []byte) bool {
+		var ctime uint64
+		var id string
+		if ctime, id, perr = parseQueueKey(k); perr != nil {
+			return false
 		}
 		out = append(out, QueuePos{Ctime: ctime, ID: id})
+		return len(out) < limit
+	})
+	if err = errors.Join(perr, err); err != nil {
+		return nil, err
 	}
-	return out, errors.Join(it.Error(), it.Close())
+	return out, nil
 }
 
 // DueEvents returns up to limit schedule events due before the time before
@@ -119,20 +127,22 @@ func (s *Store) DueEvents(before int64, after Event, limit int) ([]Event, error)
 		lower = append(scheduleKey(after.Due, after.Kind, after.ID), 0)
 	}
 	upper := scheduleKey(before, 0, "")
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-	if err != nil {
-		return nil, err
-	}
 	var out []Event
-	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
-		e, err := parseScheduleKey(it.Key())
-		if err != nil {
-			it.Close()
-			return nil, err
+	var perr error
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.scanMerged(lower, upper, false, func(k, _ []byte) bool {
+		var e Event
+		if e, perr = parseScheduleKey(k); perr != nil {
+			return false
 		}
 		out = append(out, e)
+		return len(out) < limit
+	})
+	if err = errors.Join(perr, err); err != nil {
+		return nil, err
 	}
-	return out, errors.Join(it.Error(), it.Close())
+	return out, nil
 }
 
 // ScanJobs returns up to limit jobs in id order, with ids strictly greater
@@ -147,20 +157,22 @@ func (s *Store) ScanJobs(after string, limit int) ([]*Job, error) {
 	if after != "" {
 		lower = append(jobKey(after), 0)
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: []byte{prefixJob + 1}})
-	if err != nil {
-		return nil, err
-	}
 	var out []*Job
-	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
-		j, err := decodeJob(string(it.Key()[1:]), it.Value(), s.selfNodes)
-		if err != nil {
-			it.Close()
-			return nil, err
+	var derr error
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.scanMerged(lower, []byte{prefixJob + 1}, false, func(k, v []byte) bool {
+		var j *Job
+		if j, derr = decodeJob(string(k[1:]), v, s.selfNodes); derr != nil {
+			return false
 		}
 		out = append(out, j)
+		return len(out) < limit
+	})
+	if err = errors.Join(derr, err); err != nil {
+		return nil, err
 	}
-	return out, errors.Join(it.Error(), it.Close())
+	return out, nil
 }
 
 // QueueInfo describes one queue.
@@ -223,6 +235,11 @@ type Stats struct {
 	// removed segments included. AOFFsyncs counts its fsyncs since Open.
 	AOFEnd    wal.LSN
 	AOFFsyncs int64
+	// WriteBufferBytes is what the index write buffer holds (see
+	// Options.WriteBufferSize); WriteBufferFlushes counts its flushes
+	// since Open.
+	WriteBufferBytes   int64
+	WriteBufferFlushes int64
 }
 
 // Stats returns the store's counters.
@@ -231,7 +248,8 @@ func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Stats{Jobs: s.jobs, Queues: len(s.queued), Applied: s.applied, Collect: s.collected,
-		AOFEnd: s.log.End(), AOFFsyncs: s.log.Fsyncs()}
+		AOFEnd: s.log.End(), AOFFsyncs: s.log.Fsyncs(),
+		WriteBufferBytes: s.buf.bytes, WriteBufferFlushes: s.buf.flushes}
 	for _, n := range s.queued {
 		st.Queued += n
 	}

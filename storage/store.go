@@ -37,9 +37,9 @@ type Store struct {
 	failedCh chan struct{}
 	closed   bool
 	scratch  []byte
-	kbuf     []byte      // index key scratch for putJob
-	vbuf     []byte      // index value scratch for putJob
-	sorted   sortedBatch // a live commit's index writes, see sorted_batch.go
+	kbuf     []byte       // index key scratch for putJob
+	vbuf     []byte       // index value scratch for putJob
+	buf      *writeBuffer // index writes not yet in Pebble, see write_buffer.go
 	// Derived counters, persisted in every batch that changes them.
 	queued   map[string]int64        // queued jobs per queue
 	paused   map[string]PauseState   // non-none pause states
@@ -118,6 +118,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		ckptKick:      make(chan struct{}, 1),
 		failedCh:      make(chan struct{}),
 		cache:         newJobCache(opts.JobCacheSize),
+		buf:           newWriteBuffer(),
 		ckptStop:      make(chan struct{}),
 		ckptDone:      make(chan struct{}),
 	}
@@ -304,7 +305,7 @@ func (s *Store) replay() error {
 		}
 		old, nj, err := s.resolve(r2, nil, o)
 		if err == nil {
-			err = s.write(b, o, old, nj, lsn)
+			err = s.write(batchWriter{b}, o, old, nj, lsn)
 		}
 		if err != nil {
 			return fmt.Errorf("storage: replay lsn %d: %w", lsn, err)
@@ -422,18 +423,32 @@ func (s *Store) getJob(r pebble.Reader, id string) (*Job, error) {
 	return decodeJob(id, v, s.selfNodes)
 }
 
+// getBuffered returns the job with id as the write buffer holds it: found
+// is false when the buffer does not know the job (read Pebble then); a nil
+// job with found set means deleted. mu must be held.
+func (s *Store) getBuffered(id string) (j *Job, found bool, err error) {
+	e, ok := s.buf.lookup(appendJobKey(s.kbuf[:0], id))
+	if !ok {
+		return nil, false, nil
+	}
+	if e.del {
+		return nil, true, nil
+	}
+	j, err = decodeJob(id, e.value, s.selfNodes)
+	return j, true, err
+}
+
+// scanPrefix calls fn for every key with prefix, in order, in the index as
+// it stands (the write buffer over Pebble), holding mu.
 func (s *Store) scanPrefix(prefix []byte, fn func(k, v []byte) error) error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return err
-	}
-	for ok := it.First(); ok; ok = it.Next() {
-		if err := fn(it.Key(), it.Value()); err != nil {
-			it.Close()
-			return err
-		}
-	}
-	return errors.Join(it.Error(), it.Close())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ferr error
+	err := s.scanMerged(prefix, prefixEnd(prefix), false, func(k, v []byte) bool {
+		ferr = fn(k, v)
+		return ferr == nil
+	})
+	return errors.Join(ferr, err)
 }
 
 // Checkpoint makes the index durable up to everything applied so far and
@@ -446,6 +461,13 @@ func (s *Store) Checkpoint() error {
 	if err := s.usableLocked(); err != nil {
 		s.mu.Unlock()
 		return err
+	}
+	// Pebble gets the write buffer first, so that its flush holds
+	// everything applied so far.
+	if err := s.flushBufferLocked(); err != nil {
+		s.failLocked(err)
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %w", ErrFailed, err)
 	}
 	// The live-body counts as of applied: the flushed index will reference
 	// at least these bodies. Operations applied during the flush may make a

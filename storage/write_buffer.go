@@ -1,0 +1,316 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"unsafe"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/google/btree"
+)
+
+// indexWriter is what the index-writing code (write, putJob, flushAll)
+// needs: the write buffer for live commits, and a Pebble batch (through
+// batchWriter) for replay.
+type indexWriter interface {
+	// Set writes key. fresh says the key is absent from the index as it
+	// stands (a new job's key, a job newly queued, a new schedule event),
+	// which lets a later deletion in the buffer cancel both.
+	Set(key, value []byte, fresh bool) error
+	Delete(key []byte) error
+	DeleteRange(start, end []byte) error
+}
+
+// batchWriter writes straight into a Pebble batch.
+type batchWriter struct{ b *pebble.Batch }
+
+func (w batchWriter) Set(key, value []byte, _ bool) error { return w.b.Set(key, value, nil) }
+func (w batchWriter) Delete(key []byte) error             { return w.b.Delete(key, nil) }
+func (w batchWriter) DeleteRange(start, end []byte) error {
+	return w.b.DeleteRange(start, end, nil)
+}
+
+// writeBuffer holds the index writes of live commits that Pebble has not
+// been given yet: an ordered map from key to its last write, which the
+// store hands to Pebble as one batch (flushBufferLocked) when it has grown
+// past Options.WriteBufferSize, at a checkpoint, and at close.
+//
+// Why: a job's index keys mostly live for milliseconds. Added, delivered
+// and acked, a job writes and deletes its job key three times, its queue
+// key, its ttl and its retry event — nine keys, each of them a memtable
+// insert (the random job key the dearest, a full skiplist walk), flushed and
+// compacted. In the buffer, the last write of a key replaces the earlier
+// ones, and the deletion of a key the buffer itself created (fresh: absent
+// from Pebble) removes it: a job whose whole life falls within one buffer
+// never reaches Pebble at all. What does reach it arrives in key order, one
+// large batch, whose inserts land next to each other.
+//
+// Crash safety is unchanged: the derived counters and the applied LSN are
+// written only with a flush of the buffer, in the same Pebble batch, so the
+// index on disk is always the state after some prefix of the AOF, and
+// recovery replays the AOF after it as before. Reads see the buffer over
+// Pebble (Store.getBuffered, Store.scanMerged). Guarded by Store.mu.
+type writeBuffer struct {
+	t *btree.BTreeG[*bufEntry]
+	// bytes is the memory taken since the last flush: keys, values and
+	// entries, counting what later writes replaced (the flush trigger).
+	bytes int64
+	// rangeDels are range deletions not yet given to Pebble; they come
+	// before every entry (the entries they covered were dropped).
+	rangeDels [][2][]byte
+	probe     bufEntry
+	// Entries and their bytes come from slabs, dropped at each flush: the
+	// buffer makes two objects per index write, not four.
+	entries []bufEntry
+	arena   []byte
+	// flushes counts the buffer's flushes (Stats).
+	flushes int64
+}
+
+type bufEntry struct {
+	key   string // in the arena
+	value []byte // in the arena
+	del   bool
+	// fresh: the key is not in Pebble (the buffer created it), so deleting
+	// it needs no tombstone.
+	fresh bool
+}
+
+// bufEntryOverhead approximates an entry's memory beyond its key and value:
+// the struct and the tree's slot.
+const bufEntryOverhead = 56
+
+const (
+	bufSlabEntries = 1024
+	bufArenaBlock  = 256 << 10
+)
+
+func newWriteBuffer() *writeBuffer {
+	return &writeBuffer{t: btree.NewG(32, func(a, b *bufEntry) bool { return a.key < b.key })}
+}
+
+// alloc returns n bytes of the arena holding b.
+func (w *writeBuffer) alloc(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	if len(b) > bufArenaBlock/8 {
+		return bytes.Clone(b)
+	}
+	if cap(w.arena)-len(w.arena) < len(b) {
+		w.arena = make([]byte, 0, bufArenaBlock)
+	}
+	n := len(w.arena)
+	w.arena = append(w.arena, b...)
+	return w.arena[n:len(w.arena):len(w.arena)]
+}
+
+func (w *writeBuffer) newEntry(key, value []byte, del, fresh bool) *bufEntry {
+	if len(w.entries) == cap(w.entries) {
+		w.entries = make([]bufEntry, 0, bufSlabEntries)
+	}
+	w.entries = append(w.entries, bufEntry{key: unsafeString(w.alloc(key)), value: w.alloc(value), del: del, fresh: fresh})
+	w.bytes += int64(len(key)+len(value)) + bufEntryOverhead
+	return &w.entries[len(w.entries)-1]
+}
+
+func (w *writeBuffer) lookup(key []byte) (*bufEntry, bool) {
+	w.probe.key = unsafeString(key) // only for the lookup: not kept
+	e, ok := w.t.Get(&w.probe)
+	w.probe.key = ""
+	return e, ok
+}
+
+// Set records a write of key. An entry the key already had keeps its
+// freshness: the key is in Pebble if it was when the entry was made.
+func (w *writeBuffer) Set(key, value []byte, fresh bool) error {
+	e := w.newEntry(key, value, false, fresh)
+	if old, ok := w.t.ReplaceOrInsert(e); ok {
+		e.fresh = old.fresh
+	}
+	return nil
+}
+
+// Delete records the deletion of key; a key the buffer created goes
+// without a trace.
+func (w *writeBuffer) Delete(key []byte) error {
+	e := w.newEntry(key, nil, true, false)
+	if old, ok := w.t.ReplaceOrInsert(e); ok && old.fresh {
+		w.t.Delete(e)
+	}
+	return nil
+}
+
+// DeleteRange records the deletion of [start, end): the buffer's entries
+// in it go, and the range deletion is given to Pebble before the rest. The
+// store flushes the buffer at the end of the commit that made it, so reads
+// never see a range deletion pending.
+func (w *writeBuffer) DeleteRange(start, end []byte) error {
+	var drop []*bufEntry
+	w.t.AscendRange(&bufEntry{key: string(start)}, &bufEntry{key: string(end)}, func(e *bufEntry) bool {
+		drop = append(drop, e)
+		return true
+	})
+	for _, e := range drop {
+		w.t.Delete(e)
+	}
+	w.rangeDels = append(w.rangeDels, [2][]byte{bytes.Clone(start), bytes.Clone(end)})
+	return nil
+}
+
+// empty reports whether there is nothing to give to Pebble.
+func (w *writeBuffer) empty() bool { return w.t.Len() == 0 && len(w.rangeDels) == 0 }
+
+// emit writes the buffer into pb: the range deletions, then every entry in
+// key order.
+func (w *writeBuffer) emit(pb *pebble.Batch) error {
+	for _, r := range w.rangeDels {
+		if err := pb.DeleteRange(r[0], r[1], nil); err != nil {
+			return err
+		}
+	}
+	var err error
+	w.t.Ascend(func(e *bufEntry) bool {
+		// The batch copies key and value.
+		if e.del {
+			err = pb.Delete(unsafeBytes(e.key), nil)
+		} else {
+			err = pb.Set(unsafeBytes(e.key), e.value, nil)
+		}
+		return err == nil
+	})
+	return err
+}
+
+// reset empties the buffer. The slabs are left to the garbage collector:
+// the batch Pebble was given has copied what it needed, and scans copy what
+// they keep.
+func (w *writeBuffer) reset() {
+	w.t.Clear(true)
+	w.bytes = 0
+	w.rangeDels = nil
+	w.entries, w.arena = nil, nil
+}
+
+// bufCursor walks the buffer's entries in [lower, upper) in order (or
+// reverse order) a chunk at a time, so that a scan that stops early does
+// not copy the whole range.
+type bufCursor struct {
+	w            *writeBuffer
+	lower, upper string // upper "" : no bound
+	reverse      bool
+	chunk        []*bufEntry
+	i            int
+	last         string
+	started      bool
+	done         bool
+}
+
+// bufCursorChunk is how many entries a bufCursor copies at a time (tests make
+// it small to cross chunks).
+var bufCursorChunk = 64
+
+func (c *bufCursor) next() *bufEntry {
+	if c.i < len(c.chunk) {
+		e := c.chunk[c.i]
+		c.i++
+		return e
+	}
+	if c.done {
+		return nil
+	}
+	c.chunk, c.i = c.chunk[:0], 0
+	collect := func(e *bufEntry) bool {
+		if c.started && e.key == c.last {
+			return true // the previous chunk's last entry
+		}
+		if e.key < c.lower || (c.upper != "" && e.key >= c.upper) {
+			return false
+		}
+		c.chunk = append(c.chunk, e)
+		return len(c.chunk) < bufCursorChunk
+	}
+	switch {
+	case !c.reverse && !c.started:
+		c.w.t.AscendGreaterOrEqual(&bufEntry{key: c.lower}, collect)
+	case !c.reverse:
+		c.w.t.AscendGreaterOrEqual(&bufEntry{key: c.last}, collect)
+	case !c.started && c.upper == "":
+		c.w.t.Descend(collect)
+	case !c.started:
+		c.w.t.DescendLessOrEqual(&bufEntry{key: c.upper}, func(e *bufEntry) bool {
+			if e.key == c.upper {
+				return true
+			}
+			return collect(e)
+		})
+	default:
+		c.w.t.DescendLessOrEqual(&bufEntry{key: c.last}, collect)
+	}
+	c.started = true
+	if len(c.chunk) < bufCursorChunk {
+		c.done = true
+	}
+	if len(c.chunk) == 0 {
+		return nil
+	}
+	c.last = c.chunk[len(c.chunk)-1].key
+	c.i = 1
+	return c.chunk[0]
+}
+
+// scanMerged calls fn for every key in [lower, upper) of the index as it
+// stands — the buffer's writes over Pebble's keys — in key order (reverse
+// order if reverse), until fn returns false. upper nil: no bound. Holds
+// mu's caller: the buffer and the Pebble iterator must be one moment.
+func (s *Store) scanMerged(lower, upper []byte, reverse bool, fn func(k, v []byte) bool) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return err
+	}
+	cur := &bufCursor{w: s.buf, lower: string(lower), upper: string(upper), reverse: reverse}
+	step, ok := it.Next, it.First()
+	if reverse {
+		step, ok = it.Prev, it.Last()
+	}
+	e := cur.next()
+	for ok || e != nil {
+		c := 0
+		switch {
+		case !ok:
+			c = 1
+		case e == nil:
+			c = -1
+		default:
+			c = bytes.Compare(it.Key(), unsafeBytes(e.key))
+			if reverse {
+				c = -c
+			}
+		}
+		var more bool
+		switch {
+		case c < 0: // Pebble's key, not overwritten
+			more = fn(it.Key(), it.Value())
+			ok = step()
+		default: // the buffer's write replaces Pebble's, if any
+			more = true
+			if !e.del {
+				more = fn(unsafeBytes(e.key), e.value)
+			}
+			if c == 0 {
+				ok = step()
+			}
+			e = cur.next()
+		}
+		if !more {
+			break
+		}
+	}
+	return errors.Join(it.Error(), it.Close())
+}
+
+// unsafeBytes views s as bytes, for callees that only read them.
+func unsafeBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// unsafeString views b as a string, for lookups that do not keep it.
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

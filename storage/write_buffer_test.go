@@ -1,0 +1,175 @@
+package storage
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// TestWriteBufferMatchesPebble: whatever the writes, the index as the store
+// reads it — the write buffer over Pebble, flushed now and then — holds the
+// same keys as the same writes made straight to Pebble, for full scans,
+// bounded scans in either direction and point lookups; and a key set and
+// deleted within one buffer never reaches Pebble.
+func TestWriteBufferMatchesPebble(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	open := func() *pebble.DB {
+		db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), DisableWAL: true, Logger: quietPebble{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	keys := []string{"a", "b", "ba", "bb", "c", "d", "e", "f", "fa", "g", "h", "i"}
+	defer func(n int) { bufCursorChunk = n }(bufCursorChunk)
+	for round := range 300 {
+		bufCursorChunk = 1 + round%3 // scans cross chunk boundaries
+		direct := open()
+		s := &Store{db: open(), buf: newWriteBuffer()}
+		var log []string
+		for i := range 60 {
+			k := []byte(keys[rng.IntN(len(keys))])
+			present := get(t, direct, k) != nil
+			switch r := rng.IntN(20); {
+			case r < 10:
+				v := []byte(fmt.Sprintf("v%d", i))
+				mustDo(t, direct.Set(k, v, pebble.NoSync), s.buf.Set(k, v, !present))
+				log = append(log, fmt.Sprintf("set %s=%s", k, v))
+			case r < 17:
+				mustDo(t, direct.Delete(k, pebble.NoSync), s.buf.Delete(k))
+				log = append(log, fmt.Sprintf("del %s", k))
+			case r < 18:
+				end := []byte{k[0] + byte(1+rng.IntN(3))}
+				mustDo(t, direct.DeleteRange(k, end, pebble.NoSync), s.buf.DeleteRange(k, end))
+				log = append(log, fmt.Sprintf("delrange %s-%s", k, end))
+				flushBuf(t, s) // as the store does at the end of such a commit
+			default:
+				flushBuf(t, s)
+				log = append(log, "flush")
+			}
+			want := dump(t, direct, nil, nil, false, 100)
+			if got := dumpMerged(t, s, nil, nil, false, 100); got != want {
+				t.Fatalf("round %d: after %q\npebble:  %s\nbuffered: %s", round, log, want, got)
+			}
+			lo := []byte(keys[rng.IntN(len(keys))])
+			hi := []byte(keys[rng.IntN(len(keys))])
+			if bytes.Compare(lo, hi) > 0 {
+				lo, hi = hi, lo
+			}
+			reverse, limit := rng.IntN(2) == 0, 1+rng.IntN(4)
+			want = dump(t, direct, lo, hi, reverse, limit)
+			if got := dumpMerged(t, s, lo, hi, reverse, limit); got != want {
+				t.Fatalf("round %d: [%s, %s) reverse %v limit %d after %q\npebble:  %s\nbuffered: %s",
+					round, lo, hi, reverse, limit, log, want, got)
+			}
+			for _, k := range keys {
+				var got []byte
+				if e, ok := s.buf.lookup([]byte(k)); ok {
+					if !e.del {
+						got = e.value
+					}
+				} else {
+					got = get(t, s.db, []byte(k))
+				}
+				if w := get(t, direct, []byte(k)); !bytes.Equal(got, w) {
+					t.Fatalf("round %d: %s reads %q, want %q after %q", round, k, got, w, log)
+				}
+			}
+		}
+	}
+}
+
+// TestWriteBufferCancelsShortLivedKeys: a key the buffer created and then
+// deleted leaves nothing for Pebble, not even a tombstone; one that Pebble
+// held leaves a tombstone.
+func TestWriteBufferCancelsShortLivedKeys(t *testing.T) {
+	w := newWriteBuffer()
+	mustDo(t, w.Set([]byte("new"), []byte("1"), true), w.Set([]byte("new"), []byte("2"), false), w.Delete([]byte("new")))
+	mustDo(t, w.Set([]byte("old"), []byte("1"), false), w.Delete([]byte("old")))
+	if w.t.Len() != 1 {
+		t.Fatalf("%d entries, want only old's tombstone", w.t.Len())
+	}
+	if e, ok := w.lookup([]byte("old")); !ok || !e.del {
+		t.Fatalf("old: %+v, %v", e, ok)
+	}
+	w.reset()
+	if !w.empty() || w.bytes != 0 {
+		t.Fatalf("reset left %d entries, %d bytes", w.t.Len(), w.bytes)
+	}
+}
+
+func mustDo(t *testing.T, errs ...error) {
+	t.Helper()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func flushBuf(t *testing.T, s *Store) {
+	t.Helper()
+	b := s.db.NewBatch()
+	mustDo(t, s.buf.emit(b), b.Commit(pebble.NoSync), b.Close())
+	s.buf.reset()
+}
+
+func get(t *testing.T, db *pebble.DB, k []byte) []byte {
+	t.Helper()
+	v, closer, err := db.Get(k)
+	if err == pebble.ErrNotFound {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	return bytes.Clone(v)
+}
+
+func dump(t *testing.T, db *pebble.DB, lo, hi []byte, reverse bool, limit int) string {
+	t.Helper()
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	var out bytes.Buffer
+	step, ok := it.Next, it.First()
+	if reverse {
+		step, ok = it.Prev, it.Last()
+	}
+	for n := 0; ok && n < limit; ok, n = step(), n+1 {
+		fmt.Fprintf(&out, "%s=%s ", it.Key(), it.Value())
+	}
+	return out.String()
+}
+
+func dumpMerged(t *testing.T, s *Store, lo, hi []byte, reverse bool, limit int) string {
+	t.Helper()
+	var out bytes.Buffer
+	n := 0
+	err := s.scanMerged(lo, hi, reverse, func(k, v []byte) bool {
+		fmt.Fprintf(&out, "%s=%s ", k, v)
+		n++
+		return n < limit
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
+
+// quietPebble drops the logs of Pebble instances a test opens directly.
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)  {}
+func (quietPebble) Errorf(string, ...any) {}
+func (quietPebble) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
