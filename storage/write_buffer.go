@@ -261,8 +261,8 @@ func (c *bufCursor) next() *bufEntry {
 
 // scanMerged calls fn for every key in [lower, upper) of the index as it
 // stands — the buffer's writes over Pebble's keys — in key order (reverse
-// order if reverse), until fn returns false. upper nil: no bound. Holds
-// mu's caller: the buffer and the Pebble iterator must be one moment.
+// order if reverse), until fn returns false. upper nil: no bound. The
+// caller holds mu, so that the buffer and the Pebble iterator are one moment.
 func (s *Store) scanMerged(lower, upper []byte, reverse bool, fn func(k, v []byte) bool) error {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {

@@ -61,6 +61,9 @@ func TestWriteBufferMatchesPebble(t *testing.T) {
 			if bytes.Compare(lo, hi) > 0 {
 				lo, hi = hi, lo
 			}
+			if rng.IntN(4) == 0 {
+				hi = nil // no upper bound
+			}
 			reverse, limit := rng.IntN(2) == 0, 1+rng.IntN(4)
 			want = dump(t, direct, lo, hi, reverse, limit)
 			if got := dumpMerged(t, s, lo, hi, reverse, limit); got != want {
