@@ -31,7 +31,7 @@ type AddResult struct {
 func DefaultRetry(ttl int64) int64 { return max(min(ttl/10, 300), 1) }
 
 // AddJobs adds jobs: with those of concurrent calls, in one store batch, so
-// that many connections' ADDJOBs share one index batch and one AOF write
+// that many connections' ADDJOBs share one commit and one AOF write
 // (see addCombiner). Each gets its id, or its own error. It returns once the
 // jobs are durable per the fsync policy.
 func (b *Broker) AddJobs(reqs []AddRequest) []AddResult {

@@ -15,11 +15,11 @@ import (
 // The commit pipeline. A batch of operations takes the store's lock once.
 // Each operation in turn is resolved (its job read, its transition checked)
 // against the index plus the batch's own earlier operations; a valid one is
-// enqueued in the AOF, which fixes its LSN, and its index changes are added
-// to one Pebble batch. The derived counters and the applied LSN are written
-// once, at the end of the batch. The lock is released before
-// waiting for the AOF, so batches from many goroutines share its writes and
-// fsyncs.
+// enqueued in the AOF, which fixes its LSN, and its index changes go into
+// the write buffer (write_buffer.go). When the buffer is full, the end of the
+// batch gives it to Pebble with the derived counters and the applied LSN.
+// The lock is released before waiting for the AOF, so batches from many
+// goroutines share its writes and fsyncs.
 
 // Result is the outcome of one operation of a Batch.
 type Result struct {

@@ -7,10 +7,11 @@
 //
 // # The log is the truth
 //
-// Every operation is one AOF record and one Pebble batch, applied atomically
-// in the same order: under the store's lock the job is read, the transition
-// checked, the record enqueued in the AOF (which fixes its LSN) and the batch
-// applied. The batch also sets meta/applied to the record's end LSN. Pebble
+// Every operation is one AOF record and its index writes, applied in the same
+// order: under the store's lock the job is read, the transition checked, the
+// record enqueued in the AOF (which fixes its LSN) and its writes put in the
+// write buffer, which reaches Pebble as one batch that also sets
+// meta/applied to the end LSN of the last record in it. Pebble
 // runs without its own WAL, and it persists a memtable only after its
 // FlushBegin hook has fsynced the AOF, so the index on disk is always a
 // prefix of the operations whose records are durable. Open therefore replays

@@ -6,13 +6,13 @@ import (
 	"github.com/diskque/diskque/wal"
 )
 
-// The lifecycle operations. Each writes one AOF record and one index batch,
-// atomically, and returns once the record is written per the fsync policy
+// The lifecycle operations. Each writes one AOF record and its index writes
+// (to the write buffer, which reaches Pebble atomically), and returns once the record is written per the fsync policy
 // (fsynced under wal.SyncAlways). Times are Unix milliseconds chosen by the
 // caller, so that the log replays to exactly the same state. A job operation
 // on an unknown id returns ErrNotFound; one that does not apply to the job's
 // state returns ErrWrongState; in both cases nothing is written. Batch offers
-// the same operations to commit several under one lock and one index batch.
+// the same operations to commit several under one lock.
 
 // Add stores a new job with its body. j.State must be StateQueued (queued at
 // once), StateActive with AwakeTime set (delayed) or StateWaitRepl. The body
@@ -48,7 +48,7 @@ func (s *Store) addOp(j *Job, body []byte) (*op, error) {
 }
 
 // FlushAll deletes every job and every pause state (DEBUG FLUSHALL) with
-// one AOF record and one index batch of range deletions, whatever the number
+// one AOF record and one Pebble batch of range deletions, whatever the number
 // of jobs. Like Apply it returns once the change is applied; Pending.Wait
 // waits for its durability. The next checkpoint removes every AOF segment
 // written before it.
