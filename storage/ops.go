@@ -7,12 +7,13 @@ import (
 )
 
 // The lifecycle operations. Each writes one AOF record and its index writes
-// (to the write buffer, which reaches Pebble atomically), and returns once the record is written per the fsync policy
-// (fsynced under wal.SyncAlways). Times are Unix milliseconds chosen by the
-// caller, so that the log replays to exactly the same state. A job operation
-// on an unknown id returns ErrNotFound; one that does not apply to the job's
-// state returns ErrWrongState; in both cases nothing is written. Batch offers
-// the same operations to commit several under one lock.
+// (to the write buffer, which reaches Pebble atomically), and returns once
+// the record is written per the fsync policy (fsynced under
+// wal.SyncAlways). Times are Unix milliseconds chosen by the caller, so that
+// the log replays to exactly the same state. A job operation on an unknown
+// id returns ErrNotFound; one that does not apply to the job's state returns
+// ErrWrongState; in both cases nothing is written. Batch offers the same
+// operations to commit several under one lock.
 
 // Add stores a new job with its body. j.State must be StateQueued (queued at
 // once), StateActive with AwakeTime set (delayed) or StateWaitRepl. The body
