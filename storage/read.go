@@ -93,23 +93,32 @@ func (s *Store) QueueNewest(queue string, limit int) ([]QueuePos, error) {
 }
 
 func (s *Store) queueScan(prefix, lower []byte, limit int, reverse bool) ([]QueuePos, error) {
+	return scanPage(s, lower, prefixEnd(prefix), reverse, limit, func(k, _ []byte) (QueuePos, error) {
+		ctime, id, err := parseQueueKey(k)
+		return QueuePos{Ctime: ctime, ID: id}, err
+	})
+}
+
+// scanPage returns up to limit items that decode makes of the keys in
+// [lower, upper) of the index as it stands (the write buffer over Pebble),
+// in key order (reverse order if reverse). It holds mu for the merge.
+func scanPage[T any](s *Store, lower, upper []byte, reverse bool, limit int, decode func(k, v []byte) (T, error)) ([]T, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
-	var out []QueuePos
-	var perr error
+	var out []T
+	var derr error
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err := s.scanMerged(lower, prefixEnd(prefix), reverse, func(k, _ []byte) bool {
-		var ctime uint64
-		var id string
-		if ctime, id, perr = parseQueueKey(k); perr != nil {
+	err := s.scanMerged(lower, upper, reverse, func(k, v []byte) bool {
+		var x T
+		if x, derr = decode(k, v); derr != nil {
 			return false
 		}
-		out = append(out, QueuePos{Ctime: ctime, ID: id})
+		out = append(out, x)
 		return len(out) < limit
 	})
-	if err = errors.Join(perr, err); err != nil {
+	if err = errors.Join(derr, err); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -119,30 +128,14 @@ func (s *Store) queueScan(prefix, lower []byte, limit int, reverse bool) ([]Queu
 // (Unix ms), in (due, kind, id) order, strictly after the event after (the
 // zero Event starts at the earliest).
 func (s *Store) DueEvents(before int64, after Event, limit int) ([]Event, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
 	lower := []byte{prefixSchedule}
 	if after != (Event{}) {
 		lower = append(scheduleKey(after.Due, after.Kind, after.ID), 0)
 	}
 	upper := scheduleKey(before, 0, "")
-	var out []Event
-	var perr error
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	err := s.scanMerged(lower, upper, false, func(k, _ []byte) bool {
-		var e Event
-		if e, perr = parseScheduleKey(k); perr != nil {
-			return false
-		}
-		out = append(out, e)
-		return len(out) < limit
+	return scanPage(s, lower, upper, false, limit, func(k, _ []byte) (Event, error) {
+		return parseScheduleKey(k)
 	})
-	if err = errors.Join(perr, err); err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // ScanJobs returns up to limit jobs in id order, with ids strictly greater
@@ -150,29 +143,13 @@ func (s *Store) DueEvents(before int64, after Event, limit int) ([]Event, error)
 // empty result ends the scan. Jobs present for the whole scan are returned
 // exactly once.
 func (s *Store) ScanJobs(after string, limit int) ([]*Job, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
 	lower := []byte{prefixJob}
 	if after != "" {
 		lower = append(jobKey(after), 0)
 	}
-	var out []*Job
-	var derr error
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	err := s.scanMerged(lower, []byte{prefixJob + 1}, false, func(k, v []byte) bool {
-		var j *Job
-		if j, derr = decodeJob(string(k[1:]), v, s.selfNodes); derr != nil {
-			return false
-		}
-		out = append(out, j)
-		return len(out) < limit
+	return scanPage(s, lower, []byte{prefixJob + 1}, false, limit, func(k, v []byte) (*Job, error) {
+		return decodeJob(string(k[1:]), v, s.selfNodes)
 	})
-	if err = errors.Join(derr, err); err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // QueueInfo describes one queue.

@@ -89,7 +89,7 @@ func newWriteBuffer() *writeBuffer {
 	return &writeBuffer{t: btree.NewG(32, func(a, b *bufEntry) bool { return a.key < b.key })}
 }
 
-// alloc returns n bytes of the arena holding b.
+// alloc returns a copy of b, in the arena unless b is large.
 func (w *writeBuffer) alloc(b []byte) []byte {
 	if len(b) == 0 {
 		return nil
@@ -157,9 +157,6 @@ func (w *writeBuffer) DeleteRange(start, end []byte) error {
 	w.rangeDels = append(w.rangeDels, [2][]byte{bytes.Clone(start), bytes.Clone(end)})
 	return nil
 }
-
-// empty reports whether there is nothing to give to Pebble.
-func (w *writeBuffer) empty() bool { return w.t.Len() == 0 && len(w.rangeDels) == 0 }
 
 // emit writes the buffer into pb: the range deletions, then every entry in
 // key order.

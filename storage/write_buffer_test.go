@@ -101,7 +101,7 @@ func TestWriteBufferCancelsShortLivedKeys(t *testing.T) {
 		t.Fatalf("old: %+v, %v", e, ok)
 	}
 	w.reset()
-	if !w.empty() || w.bytes != 0 {
+	if w.t.Len() != 0 || len(w.rangeDels) != 0 || w.bytes != 0 {
 		t.Fatalf("reset left %d entries, %d bytes", w.t.Len(), w.bytes)
 	}
 }
