@@ -134,7 +134,7 @@ type addCall struct {
 // it leads the next, so a leader applies at most one round beside its own
 // and a busy broker makes a few large batches instead of many small ones:
 // each store batch pays for its lock handoffs, counters and Pebble commit
-// once, and sorts its index writes over more keys (storage's sortedBatch).
+// once, and gives storage's write buffer more of them at a time.
 // A lone call leads at once and waits for nobody.
 type addCombiner struct {
 	mu      sync.Mutex

@@ -38,11 +38,11 @@ func TestAddCombinerMergesWaitingCalls(t *testing.T) {
 		wg.Go(func() { c.run(calls[i], apply) })
 	}
 	start(0)
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(rounds) == 1 })
+	waitFor(t, "the first round never started", func() bool { mu.Lock(); defer mu.Unlock(); return len(rounds) == 1 })
 	for i := 1; i < len(sizes); i++ {
 		start(i)
 		// One at a time, so that arrival order is known.
-		waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.waiting) == i })
+		waitFor(t, "a call never queued behind the round", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.waiting) == i })
 	}
 	close(release)
 	wg.Wait()
@@ -138,13 +138,14 @@ func TestAddJobsConcurrentCallsAllLand(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or a deadline passes.
-func waitFor(t *testing.T, cond func() bool) {
+// waitFor polls cond until it holds, or fails the test with what after a
+// deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
+			t.Fatal(what)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -109,13 +109,7 @@ func (f *fixture) blockedGet(req GetRequest) <-chan []Delivered {
 		}
 		got <- d
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for f.b.Stats().BlockedClients != 1 {
-		if time.Now().After(deadline) {
-			f.t.Fatal("the GETJOB never blocked")
-		}
-		time.Sleep(time.Millisecond) // poll interval
-	}
+	waitFor(f.t, "the GETJOB never blocked", func() bool { return f.b.Stats().BlockedClients == 1 })
 	return got
 }
 
