@@ -1,13 +1,17 @@
 package storage
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/diskque/diskque/wal"
 )
@@ -181,4 +185,57 @@ func fillStore(b *testing.B, s *Store, n int) {
 		}()
 	}
 	wg.Wait()
+}
+
+// BenchmarkMemtableInserts is Pebble alone: random 41-byte keys (a job key's
+// size) inserted into a memtable that already holds 300,000 of them, in
+// batches of the given size, each batch sorted. It is why the write buffer
+// hands Pebble one large sorted batch rather than a small one per commit.
+func BenchmarkMemtableInserts(b *testing.B) {
+	for _, batch := range []int{16, 256, 4096, 16384} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), DisableWAL: true, MemTableSize: 256 << 20, Logger: quietPebble{}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			rng := rand.New(rand.NewPCG(1, 2))
+			key := func() []byte {
+				k := make([]byte, 41)
+				for i := range k {
+					k[i] = byte(rng.Uint32())
+				}
+				return k
+			}
+			value := make([]byte, 40)
+			pre := db.NewBatch()
+			for range 300_000 {
+				if err := pre.Set(key(), value, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := pre.Commit(pebble.NoSync); err != nil {
+				b.Fatal(err)
+			}
+			keys := make([][]byte, b.N)
+			for i := range keys {
+				keys[i] = key()
+			}
+			b.ResetTimer()
+			for len(keys) > 0 {
+				chunk := keys[:min(batch, len(keys))]
+				keys = keys[len(chunk):]
+				slices.SortFunc(chunk, bytes.Compare)
+				pb := db.NewBatch()
+				for _, k := range chunk {
+					if err := pb.Set(k, value, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := pb.Commit(pebble.NoSync); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
