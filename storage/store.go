@@ -161,6 +161,16 @@ func (s *Store) open() error {
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	popts.CacheSize = s.opts.CacheSize
+	// Job keys are random, so every file flushed to L0 spans the whole job
+	// keyspace and every L0 → Lbase compaction rewrites all of Lbase's job
+	// keys. Letting L0 gather 12 files instead of Pebble's 4 before that
+	// compaction triples the data each rewrite absorbs: with a growing
+	// backlog it cut the server's CPU per ADDJOB by about 10% and raised
+	// ADDJOB throughput by as much, and left consumption unchanged (bench/README.md).
+	// Point reads pay little for the deeper L0 (bloom filters); the stop
+	// threshold keeps Pebble's ratio of 3.
+	popts.L0CompactionThreshold = 12
+	popts.L0StopWritesThreshold = 36
 	gate := newCompactionGate()
 	popts.Experimental.CompactionScheduler = gate
 	s.db, err = pebble.Open(fs.PathJoin(s.dir, indexDir), popts)
