@@ -212,7 +212,7 @@ func (b *Broker) newJob(r AddRequest, now int64) *storage.Job {
 		Delay: uint32(min(r.Delay, 1<<32-1)),
 		Retry: uint32(min(r.Retry, 1<<32-1)),
 		Repl:  uint16(max(r.Replicate, 1)),
-		Nodes: []string{b.node},
+		Nodes: b.selfNodes,
 	}
 	if r.Delay > 0 {
 		j.State = storage.StateActive

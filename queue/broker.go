@@ -17,6 +17,9 @@ type Broker struct {
 	opts Options
 	st   *storage.Store
 	node string
+	// selfNodes is the node list of every job added here, shared by them
+	// (the store shares its own the same way; nothing writes into one).
+	selfNodes []string
 	// adds merges concurrent AddJobs calls into one store batch (it has
 	// its own lock; see addCombiner).
 	adds addCombiner
@@ -85,6 +88,7 @@ func New(opts Options) (*Broker, error) {
 		opts:      opts,
 		st:        opts.Store,
 		node:      opts.Store.NodeID(),
+		selfNodes: []string{opts.Store.NodeID()},
 		queues:    map[string]*queueState{},
 		wheel:     NewWheel(now),
 		fireChunk: fireChunk,

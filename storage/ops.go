@@ -21,7 +21,7 @@ import (
 // location. On success *j is updated to the stored job (BodyLSN and sizes
 // filled in, counters zero).
 func (s *Store) Add(j *Job, body []byte) error {
-	o, err := s.addOp(j, body)
+	o, err := s.addOp(j, body, false)
 	if err != nil {
 		return err
 	}
@@ -33,7 +33,9 @@ func (s *Store) Add(j *Job, body []byte) error {
 	return nil
 }
 
-func (s *Store) addOp(j *Job, body []byte) (*op, error) {
+// addOp makes the ADD record of j. The op keeps a copy of j, or j itself
+// when the caller hands it over (own).
+func (s *Store) addOp(j *Job, body []byte, own bool) (*op, error) {
 	if err := validateNew(j); err != nil {
 		return nil, err
 	}
@@ -41,11 +43,15 @@ func (s *Store) addOp(j *Job, body []byte) (*op, error) {
 		return nil, fmt.Errorf("%w: body of %d bytes is too large", ErrInvalidJob, len(body))
 	}
 	stored, compressed := compressBody(body, s.opts.CompressThreshold)
-	jc := *j
+	jc := j
+	if !own {
+		jc = new(Job)
+		*jc = *j
+	}
 	jc.Nacks, jc.AdditionalDeliveries, jc.Deliveries = 0, 0, 0
 	jc.BodySize = uint32(len(body))
 	jc.BodyLSN, jc.StoredSize = 0, 0
-	return &op{typ: recAdd, id: j.ID, job: &jc, body: stored, compressed: compressed}, nil
+	return &op{typ: recAdd, id: j.ID, job: jc, body: stored, compressed: compressed}, nil
 }
 
 // FlushAll deletes every job and every pause state (DEBUG FLUSHALL) with
@@ -150,7 +156,7 @@ func (s *Store) NewBatch() *Batch { return &Batch{s: s} }
 
 // Add adds a job to the batch; an invalid job is refused at once.
 func (b *Batch) Add(j *Job, body []byte) error {
-	o, err := b.s.addOp(j, body)
+	o, err := b.s.addOp(j, body, false)
 	if err != nil {
 		return err
 	}
@@ -161,9 +167,11 @@ func (b *Batch) Add(j *Job, body []byte) error {
 // AddNew is Add for a job whose id the caller has just made with NewJobID:
 // 144 random bits cannot collide, so the store skips the index lookup that
 // refuses a duplicate id. Never use it for an id that came from elsewhere
-// (a client, another node): a duplicate would corrupt the index.
+// (a client, another node): a duplicate would corrupt the index. The batch
+// takes j over (no copy): the caller must not change it afterwards, and
+// the job of the add's Result is j itself.
 func (b *Batch) AddNew(j *Job, body []byte) error {
-	o, err := b.s.addOp(j, body)
+	o, err := b.s.addOp(j, body, true)
 	if err != nil {
 		return err
 	}

@@ -40,6 +40,8 @@ type Store struct {
 	kbuf     []byte       // index key scratch for putJob
 	vbuf     []byte       // index value scratch for putJob
 	buf      *writeBuffer // index writes not yet in Pebble, see write_buffer.go
+	// flushBatch is the Pebble batch every buffer flush reuses.
+	flushBatch *pebble.Batch
 	// Derived counters, persisted in every batch that changes them.
 	queued   map[string]int64        // queued jobs per queue
 	paused   map[string]PauseState   // non-none pause states
@@ -607,6 +609,10 @@ func (s *Store) Close() error {
 
 func (s *Store) closeFiles() error {
 	var errs []error
+	if s.flushBatch != nil {
+		errs = append(errs, s.flushBatch.Close())
+		s.flushBatch = nil
+	}
 	if s.db != nil {
 		errs = append(errs, s.db.Close())
 	}
