@@ -304,19 +304,9 @@ func (s *Store) resolve(r pebble.Reader, overlay map[string]*Job, o *op) (old, n
 	if o.typ == recNode || o.typ == recPause || o.typ == recFlush {
 		return nil, nil, nil
 	}
-	if j, ok := overlay[o.id]; ok {
-		old = j
-	} else if j, ok := s.cache.get(o.id); ok {
-		old = j
-	} else if !o.fresh {
-		var found bool
-		if old, found, err = s.getBuffered(o.id); err != nil {
+	if !o.fresh { // a fresh id is new: there is nothing to read
+		if old, err = s.currentJob(r, overlay, o.id); err != nil {
 			return nil, nil, err
-		}
-		if !found {
-			if old, err = s.getJob(r, o.id); err != nil {
-				return nil, nil, err
-			}
 		}
 	}
 	if o.typ == recAdd {
@@ -333,6 +323,22 @@ func (s *Store) resolve(r pebble.Reader, overlay map[string]*Job, o *op) (old, n
 	}
 	nj, err = transition(old, o)
 	return old, nj, err
+}
+
+// currentJob returns the job with id as the batch so far left it: from
+// overlay, the job cache, the write buffer or else r; nil if there is none.
+func (s *Store) currentJob(r pebble.Reader, overlay map[string]*Job, id string) (*Job, error) {
+	if j, ok := overlay[id]; ok {
+		return j, nil
+	}
+	if j, ok := s.cache.get(id); ok {
+		return j, nil
+	}
+	j, found, err := s.getBuffered(id)
+	if err != nil || found {
+		return j, err
+	}
+	return s.getJob(r, id)
 }
 
 // write adds a resolved record's effects to b. Live operations and replay
