@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/internal/cputime"
 	"github.com/diskque/diskque/storage"
 	"github.com/diskque/diskque/wal"
 )
@@ -46,7 +47,7 @@ func BenchmarkAddJobs(b *testing.B) {
 				var next atomic.Int64
 				var wg sync.WaitGroup
 				b.ResetTimer()
-				start := time.Now()
+				start, cpu0 := time.Now(), cputime.Used()
 				for c := 0; c < 50; c++ {
 					wg.Add(1)
 					go func() {
@@ -67,6 +68,7 @@ func BenchmarkAddJobs(b *testing.B) {
 				}
 				wg.Wait()
 				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
+				b.ReportMetric(float64((cputime.Used()-cpu0).Microseconds())/float64(b.N), "cpu-µs/job")
 				if testing.Verbose() {
 					b.Logf("index after the run:\n%s", br.Store().IndexMetrics())
 				}
@@ -95,7 +97,7 @@ func BenchmarkGetAck(b *testing.B) {
 				var next atomic.Int64
 				var wg sync.WaitGroup
 				b.ResetTimer()
-				start := time.Now()
+				start, cpu0 := time.Now(), cputime.Used()
 				for c := 0; c < 50; c++ {
 					wg.Add(1)
 					go func() {
@@ -120,6 +122,7 @@ func BenchmarkGetAck(b *testing.B) {
 				}
 				wg.Wait()
 				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
+				b.ReportMetric(float64((cputime.Used()-cpu0).Microseconds())/float64(b.N), "cpu-µs/job")
 				if testing.Verbose() {
 					b.Logf("index after the run:\n%s", br.Store().IndexMetrics())
 				}

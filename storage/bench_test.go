@@ -8,12 +8,12 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/internal/cputime"
 	"github.com/diskque/diskque/wal"
 )
 
@@ -274,7 +274,7 @@ func BenchmarkIndexFloor(b *testing.B) {
 		pb.Close()
 		batch, bytesInBatch = batch[:0], 0
 	}
-	cpu0 := cpuTime()
+	cpu0 := cputime.Used()
 	b.ResetTimer()
 	start := time.Now()
 	for range b.N {
@@ -299,17 +299,8 @@ func BenchmarkIndexFloor(b *testing.B) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
-	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/job")
+	b.ReportMetric(float64((cputime.Used()-cpu0).Microseconds())/float64(b.N), "cpu-µs/job")
 	if testing.Verbose() {
 		b.Logf("index after the run:\n%s", s.db.Metrics())
 	}
-}
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
