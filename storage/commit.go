@@ -240,7 +240,7 @@ func (s *Store) prefetchQueued(ops []*op, overlay map[string]*Job) error {
 		s.kbuf = appendQueueKey(s.kbuf[:0], o.hintQueue, o.hintCtime, o.id)
 		if e, ok := s.buf.lookup(s.kbuf); ok {
 			if !e.del && len(e.value) > 0 {
-				j, err := decodeJob(o.id, e.value, s.selfNodes)
+				j, err := e.decode(o.id, s.selfNodes)
 				if err != nil {
 					return err
 				}
@@ -366,9 +366,16 @@ func (s *Store) write(b indexWriter, o *op, old, nj *Job, lsn wal.LSN) error {
 		// A transition of a job deleted earlier in the log: nothing to do.
 		return nil
 	}
-	if nj != nil {
+	_, live := b.(*writeBuffer)
+	switch {
+	case live && o.typ == recAdd:
+		// The buffer holds a new job until Pebble has it (and the batch's
+		// overlay within the batch): caching it too is work for nothing
+		// when the job is not consumed soon. The replay needs every job
+		// it writes cached (see replay).
+	case nj != nil:
 		s.cache.put(nj)
-	} else {
+	default:
 		s.cache.drop(old.ID)
 	}
 	return s.putJob(b, old, nj)
@@ -407,6 +414,11 @@ func (s *Store) putJob(b indexWriter, old, nj *Job) error {
 			err = e
 		}
 	}
+	setJob := func(k, v []byte, fresh bool) {
+		if e := b.SetJob(k, v, fresh, nj); e != nil && err == nil {
+			err = e
+		}
+	}
 	del := func(k []byte) {
 		if e := b.Delete(k); e != nil && err == nil {
 			err = e
@@ -415,7 +427,7 @@ func (s *Store) putJob(b indexWriter, old, nj *Job) error {
 	if nj != nil {
 		s.vbuf = encodeJob(s.vbuf[:0], nj, s.nodeID)
 		s.kbuf = appendJobKey(s.kbuf[:0], nj.ID)
-		set(s.kbuf, s.vbuf, old == nil)
+		setJob(s.kbuf, s.vbuf, old == nil)
 	} else {
 		s.kbuf = appendJobKey(s.kbuf[:0], old.ID)
 		del(s.kbuf)
@@ -437,7 +449,7 @@ func (s *Store) putJob(b indexWriter, old, nj *Job) error {
 		// just means no such copy.
 		newKey := !wasQueued || old.Queue != nj.Queue || old.Ctime != nj.Ctime
 		s.kbuf = appendQueueKey(s.kbuf[:0], nj.Queue, nj.Ctime, nj.ID)
-		set(s.kbuf, s.vbuf, newKey)
+		setJob(s.kbuf, s.vbuf, newKey)
 		if newKey {
 			s.addQueued(nj.Queue, +1)
 		}

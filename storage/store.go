@@ -446,7 +446,7 @@ func (s *Store) getBuffered(id string) (j *Job, found bool, err error) {
 	if e.del {
 		return nil, true, nil
 	}
-	j, err = decodeJob(id, e.value, s.selfNodes)
+	j, err = e.decode(id, s.selfNodes)
 	return j, true, err
 }
 

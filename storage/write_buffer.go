@@ -3,6 +3,8 @@ package storage
 import (
 	"bytes"
 	"errors"
+	"slices"
+	"strings"
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -17,6 +19,9 @@ type indexWriter interface {
 	// stands (a new job's key, a job newly queued, a new schedule event),
 	// which lets a later deletion in the buffer cancel both.
 	Set(key, value []byte, fresh bool) error
+	// SetJob is Set for a key whose value encodes j (a job key or a queue
+	// key): the buffer keeps j too, so reads through it need not decode.
+	SetJob(key, value []byte, fresh bool, j *Job) error
 	Delete(key []byte) error
 	DeleteRange(start, end []byte) error
 }
@@ -25,7 +30,10 @@ type indexWriter interface {
 type batchWriter struct{ b *pebble.Batch }
 
 func (w batchWriter) Set(key, value []byte, _ bool) error { return w.b.Set(key, value, nil) }
-func (w batchWriter) Delete(key []byte) error             { return w.b.Delete(key, nil) }
+func (w batchWriter) SetJob(key, value []byte, _ bool, _ *Job) error {
+	return w.b.Set(key, value, nil)
+}
+func (w batchWriter) Delete(key []byte) error { return w.b.Delete(key, nil) }
 func (w batchWriter) DeleteRange(start, end []byte) error {
 	return w.b.DeleteRange(start, end, nil)
 }
@@ -51,7 +59,16 @@ func (w batchWriter) DeleteRange(start, end []byte) error {
 // recovery replays the AOF after it as before. Reads see the buffer over
 // Pebble (Store.getBuffered, Store.scanMerged). Guarded by Store.mu.
 type writeBuffer struct {
-	t *btree.BTreeG[*bufEntry]
+	// t holds every key but the job keys, which go to jobs: they are random
+	// (a btree insert is a dozen comparisons, each a cache miss, the
+	// dearest part of a write into the buffer) and only looked up in the
+	// hot path; the few scans over them (JSCAN, and each flush) sort them
+	// then (sortedJobs).
+	t    *btree.BTreeG[*bufEntry]
+	jobs map[string]*bufEntry
+	// jobsSorted is jobs in key order, built by sortedJobs; nil once a job
+	// key is written again.
+	jobsSorted []*bufEntry
 	// bytes is the memory taken since the last flush: keys, values and
 	// entries, counting what later writes replaced (the flush trigger).
 	bytes int64
@@ -74,6 +91,9 @@ type bufEntry struct {
 	// fresh: the key is not in Pebble (the buffer created it), so deleting
 	// it needs no tombstone.
 	fresh bool
+	// job is value decoded, when the writer gave it (SetJob). Jobs are
+	// never changed once stored, so readers may share it.
+	job *Job
 }
 
 // bufEntryOverhead approximates an entry's memory beyond its key and value:
@@ -86,8 +106,14 @@ const (
 )
 
 func newWriteBuffer() *writeBuffer {
-	return &writeBuffer{t: btree.NewG(32, func(a, b *bufEntry) bool { return a.key < b.key })}
+	return &writeBuffer{
+		t:    btree.NewG(32, func(a, b *bufEntry) bool { return a.key < b.key }),
+		jobs: map[string]*bufEntry{},
+	}
 }
+
+// isJobKey says whether key goes to the buffer's jobs map.
+func isJobKey(key []byte) bool { return len(key) > 0 && key[0] == prefixJob }
 
 // alloc returns a copy of b, in the arena unless b is large.
 func (w *writeBuffer) alloc(b []byte) []byte {
@@ -114,7 +140,19 @@ func (w *writeBuffer) newEntry(key, value []byte, del, fresh bool) *bufEntry {
 	return &w.entries[len(w.entries)-1]
 }
 
+// decode returns the job e's value encodes.
+func (e *bufEntry) decode(id string, self []string) (*Job, error) {
+	if e.job != nil {
+		return e.job, nil
+	}
+	return decodeJob(id, e.value, self)
+}
+
 func (w *writeBuffer) lookup(key []byte) (*bufEntry, bool) {
+	if isJobKey(key) {
+		e, ok := w.jobs[unsafeString(key)]
+		return e, ok
+	}
 	w.probe.key = unsafeString(key) // only for the lookup: not kept
 	e, ok := w.t.Get(&w.probe)
 	w.probe.key = ""
@@ -124,7 +162,21 @@ func (w *writeBuffer) lookup(key []byte) (*bufEntry, bool) {
 // Set records a write of key. An entry the key already had keeps its
 // freshness: the key is in Pebble if it was when the entry was made.
 func (w *writeBuffer) Set(key, value []byte, fresh bool) error {
+	return w.SetJob(key, value, fresh, nil)
+}
+
+// SetJob is Set keeping j, the job value encodes, beside it.
+func (w *writeBuffer) SetJob(key, value []byte, fresh bool, j *Job) error {
 	e := w.newEntry(key, value, false, fresh)
+	e.job = j
+	if isJobKey(key) {
+		if old, ok := w.jobs[e.key]; ok {
+			e.fresh = old.fresh
+		}
+		w.jobs[e.key] = e
+		w.jobsSorted = nil
+		return nil
+	}
 	if old, ok := w.t.ReplaceOrInsert(e); ok {
 		e.fresh = old.fresh
 	}
@@ -135,6 +187,15 @@ func (w *writeBuffer) Set(key, value []byte, fresh bool) error {
 // without a trace.
 func (w *writeBuffer) Delete(key []byte) error {
 	e := w.newEntry(key, nil, true, false)
+	if isJobKey(key) {
+		if old, ok := w.jobs[e.key]; ok && old.fresh {
+			delete(w.jobs, e.key)
+		} else {
+			w.jobs[e.key] = e
+		}
+		w.jobsSorted = nil
+		return nil
+	}
 	if old, ok := w.t.ReplaceOrInsert(e); ok && old.fresh {
 		w.t.Delete(e)
 	}
@@ -154,6 +215,12 @@ func (w *writeBuffer) DeleteRange(start, end []byte) error {
 	for _, e := range drop {
 		w.t.Delete(e)
 	}
+	for k := range w.jobs {
+		if k >= string(start) && k < string(end) {
+			delete(w.jobs, k)
+		}
+	}
+	w.jobsSorted = nil
 	w.rangeDels = append(w.rangeDels, [2][]byte{bytes.Clone(start), bytes.Clone(end)})
 	return nil
 }
@@ -167,7 +234,7 @@ func (w *writeBuffer) emit(pb *pebble.Batch) error {
 		}
 	}
 	var err error
-	w.t.Ascend(func(e *bufEntry) bool {
+	put := func(e *bufEntry) bool {
 		// The batch copies key and value.
 		if e.del {
 			err = pb.Delete(unsafeBytes(e.key), nil)
@@ -175,8 +242,31 @@ func (w *writeBuffer) emit(pb *pebble.Batch) error {
 			err = pb.Set(unsafeBytes(e.key), e.value, nil)
 		}
 		return err == nil
-	})
+	}
+	// In key order: the job keys sit between the others (keys.go).
+	jobsFrom := &bufEntry{key: string([]byte{prefixJob})}
+	w.t.AscendLessThan(jobsFrom, put)
+	for _, e := range w.sortedJobs() {
+		if !put(e) {
+			return err
+		}
+	}
+	if err == nil {
+		w.t.AscendGreaterOrEqual(jobsFrom, put)
+	}
 	return err
+}
+
+// sortedJobs returns the buffer's job entries in key order.
+func (w *writeBuffer) sortedJobs() []*bufEntry {
+	if w.jobsSorted == nil && len(w.jobs) > 0 {
+		w.jobsSorted = make([]*bufEntry, 0, len(w.jobs))
+		for _, e := range w.jobs {
+			w.jobsSorted = append(w.jobsSorted, e)
+		}
+		slices.SortFunc(w.jobsSorted, func(a, b *bufEntry) int { return strings.Compare(a.key, b.key) })
+	}
+	return w.jobsSorted
 }
 
 // reset empties the buffer. The slabs are left to the garbage collector:
@@ -184,13 +274,79 @@ func (w *writeBuffer) emit(pb *pebble.Batch) error {
 // they keep.
 func (w *writeBuffer) reset() {
 	w.t.Clear(true)
+	clear(w.jobs)
+	w.jobsSorted = nil
 	w.bytes = 0
 	w.rangeDels = nil
 	w.entries, w.arena = nil, nil
 }
 
-// bufCursor walks the buffer's entries in [lower, upper) in order (or
-// reverse order) a chunk at a time, so that a scan that stops early does
+// entryCursor yields buffer entries in a scan's order; nil at the end.
+type entryCursor interface{ next() *bufEntry }
+
+// cursor walks the buffer's entries in [lower, upper) (upper "": no bound)
+// in order, or reverse order.
+func (w *writeBuffer) cursor(lower, upper string, reverse bool) entryCursor {
+	tc := &bufCursor{w: w, lower: lower, upper: upper, reverse: reverse}
+	if len(w.jobs) == 0 || (upper != "" && upper <= string([]byte{prefixJob})) || lower >= string([]byte{prefixJob + 1}) {
+		return tc
+	}
+	js := w.sortedJobs()
+	lo, _ := slices.BinarySearchFunc(js, lower, func(e *bufEntry, k string) int { return strings.Compare(e.key, k) })
+	hi := len(js)
+	if upper != "" {
+		hi, _ = slices.BinarySearchFunc(js, upper, func(e *bufEntry, k string) int { return strings.Compare(e.key, k) })
+	}
+	return &twoCursor{a: tc, b: &sliceCursor{es: js[lo:max(lo, hi)], reverse: reverse}, reverse: reverse}
+}
+
+// sliceCursor walks a sorted slice of entries.
+type sliceCursor struct {
+	es      []*bufEntry
+	reverse bool
+}
+
+func (c *sliceCursor) next() *bufEntry {
+	if len(c.es) == 0 {
+		return nil
+	}
+	if c.reverse {
+		e := c.es[len(c.es)-1]
+		c.es = c.es[:len(c.es)-1]
+		return e
+	}
+	e := c.es[0]
+	c.es = c.es[1:]
+	return e
+}
+
+// twoCursor merges two cursors over disjoint sets of keys.
+type twoCursor struct {
+	a, b             entryCursor
+	ha, hb           *bufEntry
+	started, reverse bool
+}
+
+func (c *twoCursor) next() *bufEntry {
+	if !c.started {
+		c.ha, c.hb, c.started = c.a.next(), c.b.next(), true
+	}
+	switch {
+	case c.ha == nil && c.hb == nil:
+		return nil
+	case c.hb == nil || (c.ha != nil && (c.ha.key < c.hb.key) != c.reverse):
+		e := c.ha
+		c.ha = c.a.next()
+		return e
+	default:
+		e := c.hb
+		c.hb = c.b.next()
+		return e
+	}
+}
+
+// bufCursor walks the buffer's tree (every entry but the job keys) in
+// [lower, upper) in order (or reverse order) a chunk at a time, so that a scan that stops early does
 // not copy the whole range.
 type bufCursor struct {
 	w            *writeBuffer
@@ -265,7 +421,7 @@ func (s *Store) scanMerged(lower, upper []byte, reverse bool, fn func(k, v []byt
 	if err != nil {
 		return err
 	}
-	cur := &bufCursor{w: s.buf, lower: string(lower), upper: string(upper), reverse: reverse}
+	cur := s.buf.cursor(string(lower), string(upper), reverse)
 	step, ok := it.Next, it.First()
 	if reverse {
 		step, ok = it.Prev, it.Last()

@@ -25,7 +25,8 @@ func TestWriteBufferMatchesPebble(t *testing.T) {
 		t.Cleanup(func() { db.Close() })
 		return db
 	}
-	keys := []string{"a", "b", "ba", "bb", "c", "d", "e", "f", "fa", "g", "h", "i"}
+	// Keys starting with 'j' are job keys, which the buffer keeps apart.
+	keys := []string{"a", "b", "ba", "bb", "c", "d", "e", "f", "fa", "g", "h", "i", "j", "ja", "jb", "jz", "k", "ka"}
 	defer func(n int) { bufCursorChunk = n }(bufCursorChunk)
 	for round := range 300 {
 		bufCursorChunk = 1 + round%3 // scans cross chunk boundaries
@@ -92,17 +93,21 @@ func TestWriteBufferMatchesPebble(t *testing.T) {
 // held leaves a tombstone.
 func TestWriteBufferCancelsShortLivedKeys(t *testing.T) {
 	w := newWriteBuffer()
-	mustDo(t, w.Set([]byte("new"), []byte("1"), true), w.Set([]byte("new"), []byte("2"), false), w.Delete([]byte("new")))
-	mustDo(t, w.Set([]byte("old"), []byte("1"), false), w.Delete([]byte("old")))
-	if w.t.Len() != 1 {
-		t.Fatalf("%d entries, want only old's tombstone", w.t.Len())
+	for _, p := range []string{"q", "j"} { // the tree, and the job keys' map
+		mustDo(t, w.Set([]byte(p+"new"), []byte("1"), true), w.Set([]byte(p+"new"), []byte("2"), false), w.Delete([]byte(p+"new")))
+		mustDo(t, w.Set([]byte(p+"old"), []byte("1"), false), w.Delete([]byte(p+"old")))
 	}
-	if e, ok := w.lookup([]byte("old")); !ok || !e.del {
-		t.Fatalf("old: %+v, %v", e, ok)
+	if w.t.Len() != 1 || len(w.jobs) != 1 {
+		t.Fatalf("%d + %d entries, want only the old keys' tombstones", w.t.Len(), len(w.jobs))
+	}
+	for _, k := range []string{"qold", "jold"} {
+		if e, ok := w.lookup([]byte(k)); !ok || !e.del {
+			t.Fatalf("%s: %+v, %v", k, e, ok)
+		}
 	}
 	w.reset()
-	if w.t.Len() != 0 || len(w.rangeDels) != 0 || w.bytes != 0 {
-		t.Fatalf("reset left %d entries, %d bytes", w.t.Len(), w.bytes)
+	if w.t.Len() != 0 || len(w.jobs) != 0 || len(w.rangeDels) != 0 || w.bytes != 0 {
+		t.Fatalf("reset left %d + %d entries, %d bytes", w.t.Len(), len(w.jobs), w.bytes)
 	}
 }
 
