@@ -123,13 +123,13 @@ func (b *Broker) finishDelivery(jobs []*storage.Job, pending storage.Pending) ([
 	if err := pending.Wait(); err != nil {
 		return nil, wrapStore(err)
 	}
+	bodies, err := b.st.Bodies(jobs)
+	if err != nil {
+		return nil, wrapStore(err)
+	}
 	out := make([]Delivered, len(jobs))
 	for i, j := range jobs {
-		body, err := b.st.Body(j)
-		if err != nil {
-			return nil, wrapStore(err)
-		}
-		out[i] = Delivered{Queue: j.Queue, ID: j.ID, Body: body, Nacks: j.Nacks, AdditionalDeliveries: j.AdditionalDeliveries}
+		out[i] = Delivered{Queue: j.Queue, ID: j.ID, Body: bodies[i], Nacks: j.Nacks, AdditionalDeliveries: j.AdditionalDeliveries}
 	}
 	return out, nil
 }

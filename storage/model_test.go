@@ -528,6 +528,16 @@ func checkStore(t testing.TB, s *Store, m *jobModel, queues []string) {
 				t.Errorf("body of %s: %d bytes, want %d (%v)", j.ID, len(b), len(w.body), err)
 			}
 		}
+		// The same bodies read together (Bodies batches the AOF reads).
+		bodies, err := s.Bodies(page)
+		if err != nil {
+			t.Fatalf("Bodies of a page of %d: %v", len(page), err)
+		}
+		for k, j := range page {
+			if w := m.jobs[j.ID]; w != nil && !bytes.Equal(bodies[k], w.body) {
+				t.Errorf("Bodies: body of %s: %d bytes, want %d", j.ID, len(bodies[k]), len(w.body))
+			}
+		}
 		after = page[len(page)-1].ID
 	}
 	if n != len(m.jobs) {

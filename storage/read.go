@@ -48,13 +48,42 @@ func (s *Store) Job(id string) (*Job, error) {
 
 // Body reads a job's body from the AOF, checking the record's checksum.
 func (s *Store) Body(j *Job) ([]byte, error) {
-	// The ADD record is the job's header (about 100 bytes, plus its queue
-	// name and node ids) and the stored body: read it in one go.
-	hint := int(j.StoredSize) + 128 + len(j.Queue) + 48*len(j.Nodes)
-	r, err := s.log.ReadSized(j.BodyLSN, hint)
+	r, err := s.log.ReadSized(j.BodyLSN, bodyRecordHint(j))
 	if err != nil {
 		return nil, fmt.Errorf("storage: body of %s: %w", j.ID, err)
 	}
+	return bodyOf(j, r)
+}
+
+// Bodies returns the bodies of jobs, in order: Body for many jobs, reading
+// the records that lie close together in the AOF (jobs added together, a
+// GETJOB COUNT's usual catch) with one read instead of one each.
+func (s *Store) Bodies(jobs []*Job) ([][]byte, error) {
+	lsns := make([]wal.LSN, len(jobs))
+	hints := make([]int, len(jobs))
+	for i, j := range jobs {
+		lsns[i], hints[i] = j.BodyLSN, bodyRecordHint(j)
+	}
+	recs, err := s.log.ReadBatch(lsns, hints)
+	if err != nil {
+		return nil, fmt.Errorf("storage: bodies of %d jobs: %w", len(jobs), err)
+	}
+	out := make([][]byte, len(jobs))
+	for i, j := range jobs {
+		if out[i], err = bodyOf(j, recs[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// bodyRecordHint is about the payload size of j's ADD (or MOVE) record: the
+// job's header (about 100 bytes, plus its queue name and node ids) and the
+// stored body, so that one read gets it all.
+func bodyRecordHint(j *Job) int { return int(j.StoredSize) + 128 + len(j.Queue) + 48*len(j.Nodes) }
+
+// bodyOf returns j's body from r, the record at j.BodyLSN.
+func bodyOf(j *Job, r wal.Record) ([]byte, error) {
 	if r.Type != recAdd && r.Type != recMove {
 		return nil, fmt.Errorf("storage: body of %s: lsn %d holds a type %d record", j.ID, j.BodyLSN, r.Type)
 	}

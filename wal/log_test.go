@@ -3,7 +3,10 @@ package wal
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -219,6 +222,125 @@ func TestReadSizedAgreesWithRead(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestReadBatchAgreesWithRead: whatever records are asked for together —
+// neighbours, far apart, across segments, repeated, out of order — and
+// whatever the hints (too small, exact, too large), ReadBatch returns what
+// Read returns for each, in the order asked.
+func TestReadBatchAgreesWithRead(t *testing.T) {
+	l, err := Open("db", TestingOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var lsns []LSN
+	var sizes []int
+	for i := 0; i < 600; i++ {
+		size := (i * 37) % 700
+		if i%97 == 0 {
+			size = readBatchGap + 100 // a gap wider than a batch bridges
+		}
+		first, _, err := l.Append(Record{Type: 1, Payload: bytes.Repeat([]byte{byte(i)}, size)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lsns, sizes = append(lsns, first), append(sizes, size)
+	}
+	if n := len(l.Segments()); n < 3 {
+		t.Fatalf("want records in several segments, got %d", n)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for round := range 300 {
+		n := 1 + rng.IntN(40)
+		start := rng.IntN(len(lsns))
+		var ask []LSN
+		var hints, which []int
+		for range n {
+			i := start + rng.IntN(24) // mostly neighbours
+			if rng.IntN(8) == 0 {
+				i = rng.IntN(len(lsns)) // and now and then anywhere
+			}
+			i %= len(lsns)
+			hint := []int{0, sizes[i] - 1, sizes[i], sizes[i] + 200}[rng.IntN(4)]
+			ask, hints, which = append(ask, lsns[i]), append(hints, hint), append(which, i)
+		}
+		got, err := l.ReadBatch(ask, hints)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for k, i := range which {
+			want, err := l.Read(lsns[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[k].Type != want.Type || !bytes.Equal(got[k].Payload, want.Payload) {
+				t.Fatalf("round %d: record %d (asked %d of %d, hint %d): %d bytes, want %d",
+					round, i, k, n, hints[k], len(got[k].Payload), len(want.Payload))
+			}
+		}
+	}
+}
+
+// TestReadBatchReadsNeighboursOnce: sixteen records side by side, asked for
+// in any order, take one read of the segment, not sixteen.
+func TestReadBatchReadsNeighboursOnce(t *testing.T) {
+	opts := TestingOptions()
+	fs := &countingFS{FS: opts.FS}
+	opts.FS = fs
+	l, err := Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var lsns []LSN
+	var hints []int
+	for i := range 16 {
+		first, _, err := l.Append(Record{Type: 1, Payload: bytes.Repeat([]byte{byte(i)}, 100+i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lsns, hints = append(lsns, first), append(hints, 100+i)
+	}
+	slices.Reverse(lsns)
+	slices.Reverse(hints)
+	before := fs.reads.Load()
+	got, err := l.ReadBatch(lsns, hints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := fs.reads.Load() - before; n != 1 {
+		t.Fatalf("%d reads for 16 neighbouring records, want 1", n)
+	}
+	for k := range got {
+		if want := 100 + 15 - k; len(got[k].Payload) != want || got[k].Payload[0] != byte(15-k) {
+			t.Fatalf("record %d: %d bytes starting %d, want %d bytes of %d", k, len(got[k].Payload), got[k].Payload[0], want, 15-k)
+		}
+	}
+}
+
+// countingFS counts the reads of the files it opens.
+type countingFS struct {
+	vfs.FS
+	reads atomic.Int64
+}
+
+func (fs *countingFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.Open(name, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &countingFile{File: f, reads: &fs.reads}, nil
+}
+
+type countingFile struct {
+	vfs.File
+	reads *atomic.Int64
+}
+
+func (f *countingFile) ReadAt(p []byte, off int64) (int, error) {
+	f.reads.Add(1)
+	return f.File.ReadAt(p, off)
 }
 
 // TestEverySecSyncsInTheBackground: under SyncEverySec, appended records
