@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
@@ -31,6 +32,14 @@ func main() {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "diskque-server: %v\n\n%s", err, usage)
 		os.Exit(2)
+	}
+	if os.Getenv("GOGC") == "" {
+		// The heap is mostly short-lived garbage (commands, replies, index
+		// writes on their way to Pebble), and the backlog lives on disk: a
+		// GC every doubling of the live heap cost 5-15% of an ADDJOB's CPU.
+		// At 200 the 1M-queued-jobs RSS went from 119 to 133 MB. GOGC set
+		// in the environment wins.
+		debug.SetGCPercent(200)
 	}
 	if err := run(cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "diskque-server: %v\n", err)
