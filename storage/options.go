@@ -26,7 +26,9 @@ type Options struct {
 	CompressThreshold int
 	// MemTableSize is the index's memtable size. Default 32 MiB.
 	MemTableSize uint64
-	// CacheSize is the index's block cache. Default 32 MiB.
+	// CacheSize is the index's block cache. Default 32 MiB. (Pebble
+	// charges its memtables to the cache too; the store sizes the cache
+	// for two memtables more, so that CacheSize is left for blocks.)
 	CacheSize int64
 	// JobCacheSize is how many recently written jobs are kept in memory so
 	// the commit path skips the index for them (about 300 bytes each).

@@ -162,7 +162,12 @@ func (s *Store) open() error {
 	for i := range popts.Levels {
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
-	popts.CacheSize = s.opts.CacheSize
+	// Pebble charges its memtables to the block cache (Cache.Reserve): a
+	// cache of CacheSize alone is all memtable, two of them at 32 MiB each,
+	// and caches no block at all (0 entries, a 0% hit rate: every iterator
+	// a consumer opened read its index blocks from the file again). The
+	// cache gets room for two memtables beside the blocks.
+	popts.CacheSize = s.opts.CacheSize + 2*int64(s.opts.MemTableSize)
 	// Job keys are random, so every file flushed to L0 spans the whole job
 	// keyspace and every L0 → Lbase compaction rewrites all of Lbase's job
 	// keys. Letting L0 gather 12 files instead of Pebble's 4 before that

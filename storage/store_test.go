@@ -202,3 +202,43 @@ func TestAddNewSkipsOnlyTheDuplicateCheck(t *testing.T) {
 		t.Fatalf("duplicate Add: %v", err)
 	}
 }
+
+// TestBlockCacheHoldsBlocks: with the default sizes the index's block cache
+// keeps the blocks reads bring in. Pebble charges its memtables to the same
+// cache, and a cache of CacheSize alone was all memtable: it held no block,
+// and every read went to the file.
+func TestBlockCacheHoldsBlocks(t *testing.T) {
+	opts := DefaultOptions()
+	opts.FS = vfs.NewMem()
+	opts.Logger = quietLogger()
+	// The defaults' proportions, scaled down: a block cache the size of
+	// one memtable.
+	opts.MemTableSize, opts.CacheSize = 1<<20, 1<<20
+	s, err := Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var ids []string
+	for i := range 20000 { // memtables grow to their full size
+		j := newTestJob(s.NodeID(), "q", uint64(1000+i)*1_000_000, 60)
+		if err := s.Add(j, []byte("body")); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	if err := s.Checkpoint(); err != nil { // the index is in sstables now
+		t.Fatal(err)
+	}
+	for range 2 {
+		for _, id := range ids[:200] {
+			if _, err := s.getJob(s.db, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	m := s.db.Metrics().BlockCache
+	if m.Count == 0 || m.Hits == 0 {
+		t.Fatalf("block cache: %d blocks, %d hits, %d misses; want blocks cached and hit", m.Count, m.Hits, m.Misses)
+	}
+}
