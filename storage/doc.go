@@ -56,7 +56,14 @@
 // buffer created and then deleted never reaches Pebble, so a job added,
 // delivered and acked within one buffer costs Pebble nothing; what does
 // reach it is one large sorted batch, whose memtable inserts are cheap.
-// Reads see the buffer over Pebble. The derived counters and the applied LSN
+// Reads see the buffer over Pebble. Job keys, random and only looked up in
+// the hot path, sit in a map beside the buffer's btree and are sorted when
+// a flush or a JSCAN needs them in order; job and queue keys keep the job
+// they encode, so reads through the buffer do not decode it (and a new job
+// skips the job cache: the buffer holds it until Pebble does).
+//
+// Pebble charges its memtables to its block cache, so the store sizes that
+// cache for two memtables beside Options.CacheSize. The derived counters and the applied LSN
 // go only with a buffer flush, so the index in Pebble is always the state
 // after a prefix of the AOF, and recovery is unchanged: the buffer is lost in
 // a crash and the replay of the AOF tail rebuilds it.
