@@ -62,11 +62,13 @@
 // they encode, so reads through the buffer do not decode it (and a new job
 // skips the job cache: the buffer holds it until Pebble does).
 //
+// The derived counters and the applied LSN go only with a buffer flush, so
+// the index in Pebble is always the state after a prefix of the AOF, and
+// recovery is unchanged: the buffer is lost in a crash and the replay of the
+// AOF tail rebuilds it.
+//
 // Pebble charges its memtables to its block cache, so the store sizes that
-// cache for two memtables beside Options.CacheSize. The derived counters and the applied LSN
-// go only with a buffer flush, so the index in Pebble is always the state
-// after a prefix of the AOF, and recovery is unchanged: the buffer is lost in
-// a crash and the replay of the AOF tail rebuilds it.
+// cache for two memtables beside Options.CacheSize.
 //
 // # Invariants
 //
