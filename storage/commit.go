@@ -343,8 +343,8 @@ func (s *Store) currentJob(r pebble.Reader, overlay map[string]*Job, id string) 
 
 // write adds a resolved record's effects to b. Live operations and replay
 // both end here, so the index is a function of the log. Counters are
-// updated in memory and marked dirty; commitBatch writes them.
-func (s *Store) write(b indexWriter, o *op, old, nj *Job, lsn wal.LSN) error {
+// updated in memory and marked dirty; a buffer flush writes them.
+func (s *Store) write(b *writeBuffer, o *op, old, nj *Job, lsn wal.LSN) error {
 	switch o.typ {
 	case recNode:
 		s.setNodeID(o.node)
@@ -366,13 +366,11 @@ func (s *Store) write(b indexWriter, o *op, old, nj *Job, lsn wal.LSN) error {
 		// A transition of a job deleted earlier in the log: nothing to do.
 		return nil
 	}
-	_, live := b.(*writeBuffer)
 	switch {
-	case live && o.typ == recAdd:
+	case o.typ == recAdd:
 		// The buffer holds a new job until Pebble has it (and the batch's
 		// overlay within the batch): caching it too is work for nothing
-		// when the job is not consumed soon. The replay needs every job
-		// it writes cached (see replay).
+		// when the job is not consumed soon.
 	case nj != nil:
 		s.cache.put(nj)
 	default:
@@ -386,7 +384,7 @@ func (s *Store) write(b indexWriter, o *op, old, nj *Job, lsn wal.LSN) error {
 // flushing ten million jobs is one small batch, and Pebble drops the
 // covered keys wholesale when it compacts. The derived counters start from
 // zero; every AOF segment before this record holds only dead bodies now.
-func (s *Store) flushAll(b indexWriter) error {
+func (s *Store) flushAll(b *writeBuffer) error {
 	var errs []error
 	for _, p := range []byte{prefixJob, prefixQueue, prefixSchedule, prefixCount, prefixSegment, prefixPause} {
 		errs = append(errs, b.DeleteRange([]byte{p}, []byte{p + 1}))
@@ -404,7 +402,7 @@ func (s *Store) flushAll(b indexWriter) error {
 
 // putJob writes the index changes that take a job from old to nj (either may
 // be nil) and updates the derived counters.
-func (s *Store) putJob(b indexWriter, old, nj *Job) error {
+func (s *Store) putJob(b *writeBuffer, old, nj *Job) error {
 	// Keys and values are built in scratch buffers (guarded by mu): the
 	// batch copies them.
 	var err error
@@ -595,18 +593,6 @@ func writeMeta(b *pebble.Batch, meta []metaWrite) error {
 		}
 	}
 	return nil
-}
-
-// commitBatch writes the dirty counters and the applied LSN into b (a
-// replay batch), commits it to the index without sync (the AOF is the redo
-// log) and closes it.
-func (s *Store) commitBatch(b *pebble.Batch) error {
-	err := writeMeta(b, s.stageMetaLocked())
-	if err == nil {
-		err = b.Commit(pebble.NoSync)
-	}
-	b.Close()
-	return err
 }
 
 // Join returns a Pending that waits for both p and q.

@@ -47,7 +47,7 @@ type Store struct {
 	paused   map[string]PauseState   // non-none pause states
 	segments map[wal.LSN]segmentLive // live bodies per AOF segment
 	jobs     int64
-	// Counters changed since the last commitBatch, which writes them.
+	// Counters changed since the last buffer flush, which writes them.
 	dirtyQueues   map[string]struct{}
 	dirtySegments map[wal.LSN]struct{}
 	nodeID        string
@@ -292,20 +292,11 @@ func (s *Store) replay() error {
 		return nil
 	}
 	s.opts.Logger.Info("storage: replaying aof", "from", from, "to", end, "bytes", end-from)
-	// A record's job may have been written earlier in the batch being
-	// built, which the DB does not see yet. With the job cache, a batch of
-	// at most a quarter of its size is always covered by it, and a plain
-	// batch (no index of its own to maintain) is enough; without it, the
-	// batch must be indexed so that reads see its writes.
-	newBatch, perBatch := func() *pebble.Batch { return s.db.NewIndexedBatch() }, 1<<30
-	var reader pebble.Reader
-	if s.cache != nil && len(s.cache.ring) >= 4 {
-		newBatch = func() *pebble.Batch { return s.db.NewBatch() }
-		perBatch = min(len(s.cache.ring)/4, 8192)
-		reader = s.db
-	}
-	b := newBatch()
-	inBatch := 0
+	// The replay applies the records as live commits do, through the write
+	// buffer: reads find the jobs the tail wrote there, a job added and
+	// acked within the tail never reaches Pebble, and what does arrives in
+	// large sorted batches (eight times a live buffer: nobody waits on
+	// them). No other goroutine uses the store yet.
 	lastLog := time.Now()
 	n := 0
 	err := s.log.Replay(from, func(lsn wal.LSN, r wal.Record) error {
@@ -316,24 +307,19 @@ func (s *Store) replay() error {
 		// A logged add was refused if its id existed (or its id was fresh),
 		// and the index has applied nothing at or after from: no lookup.
 		o.fresh = o.typ == recAdd
-		r2 := reader
-		if r2 == nil {
-			r2 = b
-		}
-		old, nj, err := s.resolve(r2, nil, o)
+		old, nj, err := s.resolve(s.db, nil, o)
 		if err == nil {
-			err = s.write(batchWriter{b}, o, old, nj, lsn)
+			err = s.write(s.buf, o, old, nj, lsn)
 		}
 		if err != nil {
 			return fmt.Errorf("storage: replay lsn %d: %w", lsn, err)
 		}
 		s.applied = lsn + wal.FrameSize(len(r.Payload))
 		n++
-		if inBatch++; inBatch >= perBatch || b.Len() > 16<<20 {
-			if err := s.commitBatch(b); err != nil {
+		if len(s.buf.rangeDels) > 0 || s.buf.bytes >= 8*s.opts.WriteBufferSize {
+			if err := s.flushBufferLocked(); err != nil {
 				return err
 			}
-			b, inBatch = newBatch(), 0
 		}
 		if time.Since(lastLog) > 2*time.Second {
 			lastLog = time.Now()
@@ -342,9 +328,12 @@ func (s *Store) replay() error {
 		return nil
 	})
 	if err == nil {
-		err = s.commitBatch(b)
-	} else {
-		b.Close()
+		err = s.flushBufferLocked()
+	}
+	if s.flushBatch != nil {
+		// Sized for the replay's larger flushes: let live ones start small.
+		err = errors.Join(err, s.flushBatch.Close())
+		s.flushBatch = nil
 	}
 	if err != nil {
 		return err

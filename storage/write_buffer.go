@@ -11,33 +11,6 @@ import (
 	"github.com/google/btree"
 )
 
-// indexWriter is what the index-writing code (write, putJob, flushAll)
-// needs: the write buffer for live commits, and a Pebble batch (through
-// batchWriter) for replay.
-type indexWriter interface {
-	// Set writes key. fresh says the key is absent from the index as it
-	// stands (a new job's key, a job newly queued, a new schedule event),
-	// which lets a later deletion in the buffer cancel both.
-	Set(key, value []byte, fresh bool) error
-	// SetJob is Set for a key whose value encodes j (a job key or a queue
-	// key): the buffer keeps j too, so reads through it need not decode.
-	SetJob(key, value []byte, fresh bool, j *Job) error
-	Delete(key []byte) error
-	DeleteRange(start, end []byte) error
-}
-
-// batchWriter writes straight into a Pebble batch.
-type batchWriter struct{ b *pebble.Batch }
-
-func (w batchWriter) Set(key, value []byte, _ bool) error { return w.b.Set(key, value, nil) }
-func (w batchWriter) SetJob(key, value []byte, _ bool, _ *Job) error {
-	return w.b.Set(key, value, nil)
-}
-func (w batchWriter) Delete(key []byte) error { return w.b.Delete(key, nil) }
-func (w batchWriter) DeleteRange(start, end []byte) error {
-	return w.b.DeleteRange(start, end, nil)
-}
-
 // writeBuffer holds the index writes of live commits that Pebble has not
 // been given yet: an ordered map from key to its last write, which the
 // store hands to Pebble as one batch (flushBufferLocked) when it has grown
