@@ -16,7 +16,8 @@
 // FlushBegin hook has fsynced the AOF, so the index on disk is always a
 // prefix of the operations whose records are durable. Open therefore replays
 // exactly the records after meta/applied, through the same transition
-// function that validated them live: the index is a function of the log.
+// function that validated them live and the same write buffer: the index
+// is a function of the log.
 //
 // Bodies stay in the AOF (value separation); the index holds the LSN of the
 // ADD record that carries the body. Bodies of at least CompressThreshold
