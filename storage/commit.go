@@ -139,7 +139,7 @@ func (s *Store) apply(ops []*op, res []Result) Pending {
 		if o.id != "" && len(o.id) != JobIDLen {
 			err = fmt.Errorf("%w: %q", ErrNotFound, o.id)
 		} else {
-			old, nj, err = s.resolve(s.db, overlay, o)
+			old, nj, err = s.resolve(overlay, o)
 		}
 		switch {
 		case err != nil:
@@ -295,17 +295,17 @@ func cmpQueuePos(a, b QueuePos) int {
 	return strings.Compare(a.ID, b.ID)
 }
 
-// resolve reads the job a record concerns (through r: the DB for live
-// operations, the replay batch during recovery; jobs in overlay, which an
-// earlier operation of the same batch produced, take precedence) and computes
-// its next state with transition. Records that are not about one job resolve
+// resolve reads the job a record concerns (jobs in overlay, which an
+// earlier operation of the same batch produced, take precedence; then the
+// job cache, the write buffer and Pebble) and computes its next state with
+// transition. Records that are not about one job resolve
 // to nil, nil.
-func (s *Store) resolve(r pebble.Reader, overlay map[string]*Job, o *op) (old, nj *Job, err error) {
+func (s *Store) resolve(overlay map[string]*Job, o *op) (old, nj *Job, err error) {
 	if o.typ == recNode || o.typ == recPause || o.typ == recFlush {
 		return nil, nil, nil
 	}
 	if !o.fresh { // a fresh id is new: there is nothing to read
-		if old, err = s.currentJob(r, overlay, o.id); err != nil {
+		if old, err = s.currentJob(overlay, o.id); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -326,8 +326,9 @@ func (s *Store) resolve(r pebble.Reader, overlay map[string]*Job, o *op) (old, n
 }
 
 // currentJob returns the job with id as the batch so far left it: from
-// overlay, the job cache, the write buffer or else r; nil if there is none.
-func (s *Store) currentJob(r pebble.Reader, overlay map[string]*Job, id string) (*Job, error) {
+// overlay, the job cache, the write buffer or else Pebble; nil if there is
+// none.
+func (s *Store) currentJob(overlay map[string]*Job, id string) (*Job, error) {
 	if j, ok := overlay[id]; ok {
 		return j, nil
 	}
@@ -338,7 +339,7 @@ func (s *Store) currentJob(r pebble.Reader, overlay map[string]*Job, id string) 
 	if err != nil || found {
 		return j, err
 	}
-	return s.getJob(r, id)
+	return s.getJob(s.db, id)
 }
 
 // write adds a resolved record's effects to b. Live operations and replay

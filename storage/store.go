@@ -307,7 +307,7 @@ func (s *Store) replay() error {
 		// A logged add was refused if its id existed (or its id was fresh),
 		// and the index has applied nothing at or after from: no lookup.
 		o.fresh = o.typ == recAdd
-		old, nj, err := s.resolve(s.db, nil, o)
+		old, nj, err := s.resolve(nil, o)
 		if err == nil {
 			err = s.write(s.buf, o, old, nj, lsn)
 		}

@@ -11,8 +11,8 @@ import (
 	"github.com/google/btree"
 )
 
-// writeBuffer holds the index writes of live commits that Pebble has not
-// been given yet: an ordered map from key to its last write, which the
+// writeBuffer holds the index writes of live commits (and of the replay)
+// that Pebble has not been given yet: an ordered map from key to its last write, which the
 // store hands to Pebble as one batch (flushBufferLocked) when it has grown
 // past Options.WriteBufferSize, at a checkpoint, and at close.
 //
