@@ -39,6 +39,12 @@ type writeBuffer struct {
 	// then (sortedJobs).
 	t    *btree.BTreeG[*bufEntry]
 	jobs map[string]*bufEntry
+	// dels holds the deletions of keys (other than job keys) that Pebble
+	// may hold: tombstones only filter Pebble's keys in a scan, so they need
+	// no order until a flush. A consumer's deletions (queue and schedule
+	// keys of jobs long in the backlog) were a tenth of its CPU as tree
+	// inserts. A key is in t or in dels, not both.
+	dels map[string]*bufEntry
 	// jobsSorted is jobs in key order, built by sortedJobs; nil once a job
 	// key is written again.
 	jobsSorted []*bufEntry
@@ -82,6 +88,7 @@ func newWriteBuffer() *writeBuffer {
 	return &writeBuffer{
 		t:    btree.NewG(32, func(a, b *bufEntry) bool { return a.key < b.key }),
 		jobs: map[string]*bufEntry{},
+		dels: map[string]*bufEntry{},
 	}
 }
 
@@ -129,6 +136,9 @@ func (w *writeBuffer) lookup(key []byte) (*bufEntry, bool) {
 	w.probe.key = unsafeString(key) // only for the lookup: not kept
 	e, ok := w.t.Get(&w.probe)
 	w.probe.key = ""
+	if !ok {
+		e, ok = w.dels[unsafeString(key)]
+	}
 	return e, ok
 }
 
@@ -150,6 +160,10 @@ func (w *writeBuffer) SetJob(key, value []byte, fresh bool, j *Job) error {
 		w.jobsSorted = nil
 		return nil
 	}
+	if old, ok := w.dels[e.key]; ok {
+		e.fresh = old.fresh // false: Pebble holds the key
+		delete(w.dels, e.key)
+	}
 	if old, ok := w.t.ReplaceOrInsert(e); ok {
 		e.fresh = old.fresh
 	}
@@ -169,10 +183,17 @@ func (w *writeBuffer) Delete(key []byte) error {
 		w.jobsSorted = nil
 		return nil
 	}
-	if old, ok := w.t.ReplaceOrInsert(e); ok && old.fresh {
-		w.t.Delete(e)
+	if old, ok := w.t.Delete(e); ok && old.fresh {
+		return nil
 	}
+	w.dels[e.key] = e
 	return nil
+}
+
+// deleted reports whether key (not a job key) has a deletion in the buffer.
+func (w *writeBuffer) deleted(key []byte) bool {
+	_, ok := w.dels[unsafeString(key)]
+	return ok
 }
 
 // DeleteRange records the deletion of [start, end): the buffer's entries
@@ -188,9 +209,11 @@ func (w *writeBuffer) DeleteRange(start, end []byte) error {
 	for _, e := range drop {
 		w.t.Delete(e)
 	}
-	for k := range w.jobs {
-		if k >= string(start) && k < string(end) {
-			delete(w.jobs, k)
+	for _, m := range []map[string]*bufEntry{w.jobs, w.dels} {
+		for k := range m {
+			if k >= string(start) && k < string(end) {
+				delete(m, k)
+			}
 		}
 	}
 	w.jobsSorted = nil
@@ -227,6 +250,20 @@ func (w *writeBuffer) emit(pb *pebble.Batch) error {
 	if err == nil {
 		w.t.AscendGreaterOrEqual(jobsFrom, put)
 	}
+	if err == nil && len(w.dels) > 0 {
+		// Sorted too: mostly runs of neighbours (a queue's head, the
+		// schedule's next due), cheap to sort and to insert in order.
+		dels := make([]*bufEntry, 0, len(w.dels))
+		for _, e := range w.dels {
+			dels = append(dels, e)
+		}
+		slices.SortFunc(dels, func(a, b *bufEntry) int { return strings.Compare(a.key, b.key) })
+		for _, e := range dels {
+			if !put(e) {
+				break
+			}
+		}
+	}
 	return err
 }
 
@@ -248,6 +285,7 @@ func (w *writeBuffer) sortedJobs() []*bufEntry {
 func (w *writeBuffer) reset() {
 	w.t.Clear(true)
 	clear(w.jobs)
+	clear(w.dels)
 	w.jobsSorted = nil
 	w.bytes = 0
 	w.rangeDels = nil
@@ -415,8 +453,11 @@ func (s *Store) scanMerged(lower, upper []byte, reverse bool, fn func(k, v []byt
 		}
 		var more bool
 		switch {
-		case c < 0: // Pebble's key, not overwritten
-			more = fn(it.Key(), it.Value())
+		case c < 0: // Pebble's key, not overwritten (unless deleted)
+			more = true
+			if !s.buf.deleted(it.Key()) {
+				more = fn(it.Key(), it.Value())
+			}
 			ok = step()
 		default: // the buffer's write replaces Pebble's, if any
 			more = true

@@ -97,8 +97,8 @@ func TestWriteBufferCancelsShortLivedKeys(t *testing.T) {
 		mustDo(t, w.Set([]byte(p+"new"), []byte("1"), true), w.Set([]byte(p+"new"), []byte("2"), false), w.Delete([]byte(p+"new")))
 		mustDo(t, w.Set([]byte(p+"old"), []byte("1"), false), w.Delete([]byte(p+"old")))
 	}
-	if w.t.Len() != 1 || len(w.jobs) != 1 {
-		t.Fatalf("%d + %d entries, want only the old keys' tombstones", w.t.Len(), len(w.jobs))
+	if w.t.Len() != 0 || len(w.dels) != 1 || len(w.jobs) != 1 {
+		t.Fatalf("%d + %d + %d entries, want only the old keys' tombstones", w.t.Len(), len(w.dels), len(w.jobs))
 	}
 	for _, k := range []string{"qold", "jold"} {
 		if e, ok := w.lookup([]byte(k)); !ok || !e.del {
@@ -106,8 +106,8 @@ func TestWriteBufferCancelsShortLivedKeys(t *testing.T) {
 		}
 	}
 	w.reset()
-	if w.t.Len() != 0 || len(w.jobs) != 0 || len(w.rangeDels) != 0 || w.bytes != 0 {
-		t.Fatalf("reset left %d + %d entries, %d bytes", w.t.Len(), len(w.jobs), w.bytes)
+	if w.t.Len() != 0 || len(w.dels) != 0 || len(w.jobs) != 0 || len(w.rangeDels) != 0 || w.bytes != 0 {
+		t.Fatalf("reset left %d + %d + %d entries, %d bytes", w.t.Len(), len(w.dels), len(w.jobs), w.bytes)
 	}
 }
 
