@@ -59,9 +59,11 @@
 // reach it is one large sorted batch, whose memtable inserts are cheap.
 // Reads see the buffer over Pebble. Job keys, random and only looked up in
 // the hot path, sit in a map beside the buffer's btree and are sorted when
-// a flush or a JSCAN needs them in order; job and queue keys keep the job
-// they encode, so reads through the buffer do not decode it (and a new job
-// skips the job cache: the buffer holds it until Pebble does).
+// a flush or a JSCAN needs them in order; so do the deletions of keys Pebble
+// holds, which a scan only needs to hide Pebble's keys. Job and queue keys
+// keep the job they encode, so reads through the buffer do not decode it
+// (and a new job skips the job cache: the buffer holds it until Pebble
+// does).
 //
 // The derived counters and the applied LSN go only with a buffer flush, so
 // the index in Pebble is always the state after a prefix of the AOF, and
