@@ -535,7 +535,7 @@ func (s *Store) flushBufferLocked() error {
 	b := s.flushBatch
 	err := s.buf.emit(b)
 	if err == nil {
-		err = writeMeta(b, s.stageMetaLocked())
+		err = s.writeMetaLocked(b)
 	}
 	if err == nil {
 		err = b.Commit(pebble.NoSync)
@@ -554,46 +554,30 @@ func (s *Store) flushBufferLocked() error {
 // flushBatchRetained bounds the memory the reused flush batch keeps.
 const flushBatchRetained = 16 << 20
 
-// metaWrite is one write of a derived counter or of the applied LSN; a nil
-// value deletes the key.
-type metaWrite struct{ key, value []byte }
-
-// stageMetaLocked returns the writes of the counters dirtied since the last
-// call, and of the applied LSN and job count, and marks the counters clean.
-func (s *Store) stageMetaLocked() []metaWrite {
-	meta := make([]metaWrite, 0, len(s.dirtyQueues)+len(s.dirtySegments)+1)
+// writeMetaLocked writes into b the counters dirtied since the last flush
+// (deleting those back to zero), the applied LSN and the job count, and
+// marks the counters clean.
+func (s *Store) writeMetaLocked(b *pebble.Batch) error {
+	var errs []error
 	for q := range s.dirtyQueues {
-		var v []byte
 		if n := s.queued[q]; n > 0 {
-			v = binary.AppendUvarint(nil, uint64(n))
+			errs = append(errs, b.Set(countKey(q), binary.AppendUvarint(nil, uint64(n)), nil))
+		} else {
+			errs = append(errs, b.Delete(countKey(q), nil))
 		}
-		meta = append(meta, metaWrite{countKey(q), v})
 	}
 	clear(s.dirtyQueues)
 	for seg := range s.dirtySegments {
-		var v []byte
 		if l, ok := s.segments[seg]; ok {
-			v = binary.AppendUvarint(binary.AppendUvarint(nil, uint64(l.bodies)), uint64(l.bytes))
+			v := binary.AppendUvarint(binary.AppendUvarint(nil, uint64(l.bodies)), uint64(l.bytes))
+			errs = append(errs, b.Set(segmentKey(uint64(seg)), v, nil))
+		} else {
+			errs = append(errs, b.Delete(segmentKey(uint64(seg)), nil))
 		}
-		meta = append(meta, metaWrite{segmentKey(uint64(seg)), v})
 	}
 	clear(s.dirtySegments)
-	return append(meta, metaWrite{keyState, encodeState(s.applied, s.jobs)})
-}
-
-func writeMeta(b *pebble.Batch, meta []metaWrite) error {
-	for _, m := range meta {
-		var err error
-		if m.value == nil {
-			err = b.Delete(m.key, nil)
-		} else {
-			err = b.Set(m.key, m.value, nil)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	errs = append(errs, b.Set(keyState, encodeState(s.applied, s.jobs), nil))
+	return errors.Join(errs...)
 }
 
 // Join returns a Pending that waits for both p and q.

@@ -239,7 +239,9 @@ func (w *writeBuffer) emit(pb *pebble.Batch) error {
 		}
 		return err == nil
 	}
-	// In key order: the job keys sit between the others (keys.go).
+	// Runs in key order, which Pebble's memtable inserts fastest: the tree
+	// around the job keys (they sit between the others, keys.go), then the
+	// deletions of keys Pebble holds.
 	jobsFrom := &bufEntry{key: string([]byte{prefixJob})}
 	w.t.AscendLessThan(jobsFrom, put)
 	for _, e := range w.sortedJobs() {
@@ -250,15 +252,10 @@ func (w *writeBuffer) emit(pb *pebble.Batch) error {
 	if err == nil {
 		w.t.AscendGreaterOrEqual(jobsFrom, put)
 	}
-	if err == nil && len(w.dels) > 0 {
-		// Sorted too: mostly runs of neighbours (a queue's head, the
-		// schedule's next due), cheap to sort and to insert in order.
-		dels := make([]*bufEntry, 0, len(w.dels))
-		for _, e := range w.dels {
-			dels = append(dels, e)
-		}
-		slices.SortFunc(dels, func(a, b *bufEntry) int { return strings.Compare(a.key, b.key) })
-		for _, e := range dels {
+	if err == nil {
+		// Mostly runs of neighbours (a queue's head, the schedule's next
+		// due): cheap to sort.
+		for _, e := range sortedEntries(w.dels) {
 			if !put(e) {
 				break
 			}
@@ -267,14 +264,22 @@ func (w *writeBuffer) emit(pb *pebble.Batch) error {
 	return err
 }
 
+// sortedEntries returns m's entries in key order.
+func sortedEntries(m map[string]*bufEntry) []*bufEntry {
+	es := make([]*bufEntry, 0, len(m))
+	for _, e := range m {
+		es = append(es, e)
+	}
+	slices.SortFunc(es, cmpEntryKey)
+	return es
+}
+
+func cmpEntryKey(a, b *bufEntry) int { return strings.Compare(a.key, b.key) }
+
 // sortedJobs returns the buffer's job entries in key order.
 func (w *writeBuffer) sortedJobs() []*bufEntry {
 	if w.jobsSorted == nil && len(w.jobs) > 0 {
-		w.jobsSorted = make([]*bufEntry, 0, len(w.jobs))
-		for _, e := range w.jobs {
-			w.jobsSorted = append(w.jobsSorted, e)
-		}
-		slices.SortFunc(w.jobsSorted, func(a, b *bufEntry) int { return strings.Compare(a.key, b.key) })
+		w.jobsSorted = sortedEntries(w.jobs)
 	}
 	return w.jobsSorted
 }
@@ -303,10 +308,13 @@ func (w *writeBuffer) cursor(lower, upper string, reverse bool) entryCursor {
 		return tc
 	}
 	js := w.sortedJobs()
-	lo, _ := slices.BinarySearchFunc(js, lower, func(e *bufEntry, k string) int { return strings.Compare(e.key, k) })
-	hi := len(js)
+	at := func(k string) int {
+		i, _ := slices.BinarySearchFunc(js, k, func(e *bufEntry, k string) int { return strings.Compare(e.key, k) })
+		return i
+	}
+	lo, hi := at(lower), len(js)
 	if upper != "" {
-		hi, _ = slices.BinarySearchFunc(js, upper, func(e *bufEntry, k string) int { return strings.Compare(e.key, k) })
+		hi = at(upper)
 	}
 	return &twoCursor{a: tc, b: &sliceCursor{es: js[lo:max(lo, hi)], reverse: reverse}, reverse: reverse}
 }
@@ -356,9 +364,10 @@ func (c *twoCursor) next() *bufEntry {
 	}
 }
 
-// bufCursor walks the buffer's tree (every entry but the job keys) in
-// [lower, upper) in order (or reverse order) a chunk at a time, so that a scan that stops early does
-// not copy the whole range.
+// bufCursor walks the buffer's tree (every entry but the job keys and the
+// deletions of keys Pebble holds) in [lower, upper) in order (or reverse
+// order) a chunk at a time, so that a scan that stops early does not copy
+// the whole range.
 type bufCursor struct {
 	w            *writeBuffer
 	lower, upper string // upper "" : no bound
