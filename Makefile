@@ -48,7 +48,7 @@ fmt:
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./wal -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./wal -run '^$$' -fuzz '^FuzzRepairTail$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./wal -run '^$$' -fuzz '^FuzzPlanTail$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./storage -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./storage -run '^$$' -fuzz '^FuzzDecodeJob$$' -fuzztime $(FUZZTIME)
 

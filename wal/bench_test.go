@@ -93,7 +93,7 @@ func BenchmarkFsyncPerRecordBaseline(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer f.Close()
-		frame := appendFrame(nil, Record{Type: 1, Payload: make([]byte, benchPayloadSize)})
+		frame := appendFrame(nil, Record{Type: 1, Payload: make([]byte, benchPayloadSize)}, 0, 0)
 		var mu sync.Mutex
 		runWriters(b, 64, func() error {
 			mu.Lock()

@@ -8,8 +8,8 @@
 // log, the concatenation of every segment's records. LSNs therefore grow with
 // every append, and one number both orders records and locates them: the
 // segment holding LSN x is the last one whose first LSN is <= x, and the
-// record's frame starts at file offset segmentHeaderSize + (x - first LSN).
-// The end of a record is the LSN of the next one.
+// record's frame starts at file offset header size + (x - first LSN). The
+// end of a record is the LSN of the next one, or of the sync mark before it.
 //
 // # Segment files
 //
@@ -19,27 +19,40 @@
 //	0000000000000000.wal   LSNs [0, 67108873)
 //	0000000004000009.wal   LSNs [67108873, ...)
 //
-// Each file starts with a 16-byte header, then whole record frames:
+// Each file starts with a 24-byte header, then whole record frames:
 //
-//	+----------------+----------------+
-//	| magic (8)      | first LSN (8)  |   "dqwal\x00\x00\x01", big-endian
-//	+----------------+----------------+
-//	| frame | frame | frame | ...     |
+//	+----------------+----------------+----------------+
+//	| magic (8)      | first LSN (8)  | salt (8)       |   "dqwal\x00\x00\x02", big-endian
+//	+----------------+----------------+----------------+
+//	| frame | frame | frame | ...                      |
 //
-// A new segment is made crash-safely: the header is written to NAME.tmp,
-// fsynced, renamed to NAME, and the directory is fsynced. Stale .tmp files are
-// removed on Open. Before a new segment is made the previous one is fsynced,
-// so only the last segment can ever hold unsynced (and so possibly torn) data.
+// The salt is random per segment. A new segment is made crash-safely: the
+// header is written to NAME.tmp, fsynced, renamed to NAME, and the directory
+// is fsynced. Stale .tmp files are removed by an Open that succeeds. Before
+// a new segment is made the previous one is fsynced, so only the last
+// segment can ever hold unsynced (and so possibly torn) data.
 //
 // # Record frames
 //
-//	+-------------+-------------+---------+----------------------+
-//	| length (4)  | crc32c (4)  | type(1) | payload (length)     |
-//	+-------------+-------------+---------+----------------------+
+//	+-------------+------------+---------+--------------+--------------------+
+//	| hdr crc (4) | length (4) | type(1) | body crc (4) | payload (length)   |
+//	+-------------+------------+---------+--------------+--------------------+
 //
-// length is the payload length, little-endian. The CRC (Castagnoli) covers the
-// length, the type and the payload, so a corrupted length is caught too. Type 0
-// is reserved: a zeroed region never decodes as a record.
+// Integers are little-endian; the checksums are CRC-32C. The body crc covers
+// the payload; the header crc covers the segment's salt, the frame's LSN
+// (neither stored in the frame) and the 9 bytes after it. So a frame is
+// valid only at its own place in its own segment: after damage, recovery
+// can search the bytes that follow for the next valid frame (every offset,
+// the cheap header check first), and no job body, nor a frame of another
+// log, can pose as one. Type 0 is reserved (zeroed bytes never decode) and
+// type 255 (MarkType) is the log's own.
+//
+// # Sync marks
+//
+// After every fsync, the next records appended are preceded by a mark: a
+// type-255 frame whose 8-byte payload is the LSN the fsync made durable. No
+// reader returns marks (Replay, ScanSegment and Verify skip them; LSNs
+// callers hold are never marks'). They cost 21 bytes per fsync.
 //
 // # Recovery
 //
@@ -47,18 +60,43 @@
 // before Options.Checkpoint: segments the owner removed with RemoveSegments
 // because nothing in them is needed (storage removes a segment whose bodies
 // are all dead once its checkpoint has passed it) — and reads the last
-// segment from the checkpoint (or its start) to its end. A short, torn or bad-CRC record at the tail of the last segment ends the
-// log: the segment is truncated there and its original is kept beside it as
-// NAME.broken. A bad record that is followed by a valid one is not a torn
-// write but damage — unless it holds a whole zeroed 512-byte sector, which
-// is how unsynced pages written back out of order look after a crash (the
-// rule of etcd's WAL) — and Open refuses with an error (ErrCorrupt) naming
-// the segment and offset; so does damage found in any other segment, by
-// Replay, Read or Verify. Open does not read segments before the last, nor
-// the checkpointed part of the last: recovery cost follows the replayed
-// tail, not the size of the log. Verify reads every record. Open fsyncs the last segment before appending to it, so
-// what it recovered from the page cache after a process crash is durable
-// before anything is built on it.
+// segment from the checkpoint (or its start) to its end. Open does not read
+// segments before the last, nor the checkpointed part of the last: recovery
+// cost follows the replayed tail, not the size of the log (Verify reads
+// every record; storage verifies sealed segments in the background).
+//
+// Only what was written after the last completed fsync can be torn by a
+// crash — in any pattern, since pages reach the disk out of order — and
+// everything before it is durable, so damage there is corruption. At the
+// first frame of the last segment that does not decode, Open searches on
+// for valid frames to the end of the file, and takes the highest durable
+// LSN that the checkpoint or any valid sync mark states:
+//
+//   - damage at or past it is a torn tail: the segment is cut there, its
+//     original kept as NAME.broken, with a warning saying how much was cut;
+//   - damage below it is corruption: Open refuses with a DamageError naming
+//     the segment, the offset, the durable end and the valid records that
+//     follow, and changes nothing on disk.
+//
+// Damage inside the last group commit before a crash — fsynced, but not yet
+// stated by a mark — is taken for a torn tail: the unsynced window recovery
+// cannot see into is one group commit. A last segment that ends before the
+// checkpoint (its end was lost) is refused too. Every check that can refuse
+// comes before the first change to the directory: a refused Open leaves it
+// exactly as it was. Options.ReadOnly opens a log without changing anything
+// at all. Open fsyncs the last segment before appending to it, so what it
+// recovered from the page cache after a process crash is durable before
+// anything is built on it.
+//
+// # Format 1
+//
+// Segments written before format 2 (a 16-byte header, then flat
+// len(4)|crc(4)|type(1) frames, no salt, no marks) are still read. Their
+// recovery follows the old rules: the checkpoint bounds the durable part, a
+// bad frame that a valid one follows is damage unless it holds a whole
+// zeroed 512-byte sector (the mark of unsynced pages written back out of
+// order, as etcd's WAL decides). A log whose last segment is of format 1 is
+// opened by sealing that segment and starting a new one of format 2.
 //
 // # Durability
 //
@@ -68,14 +106,29 @@
 // Append returns once its records are written (SyncEverySec, SyncNever) or
 // written and fsynced (SyncAlways). SyncEverySec fsyncs once a second, from
 // its own goroutine through its own handle on the segment, so appends go on
-// while the disk syncs; SyncNever leaves it to the OS. Sync and WaitSynced
-// make any LSN durable on demand, whatever the policy.
+// while the disk syncs; SyncNever leaves it to the OS — but under every
+// policy the writer fsyncs once Options.MaxUnsynced bytes (64 MiB) were
+// written since the last fsync. Sync and WaitSynced make any LSN durable on
+// demand, whatever the policy.
 //
 // A failed write or fsync poisons the log: every later call returns the same
 // error (ErrPoisoned wrapping the cause), because after a failed fsync the
-// state of the file is unknown. Close and reopen to recover what was durable.
+// state of the file is unknown — Linux may drop the dirty pages and still
+// serve them from its cache ("fsyncgate"), so bytes a reopen reads back may
+// be on no disk. The log therefore keeps in memory what it wrote since its
+// last successful fsync (at most MaxUnsynced bytes), and after a failed
+// fsync Unsynced returns it: an Open given it (Options.Rewrite) cuts the
+// segment back to its durable end and writes those bytes again before
+// recovering, so nothing a client was told is lost. Under SyncAlways no write
+// after the last fsync was acknowledged, and they are only cut off.
 //
 // # Concurrency
+//
+// Readers may hold an LSN while its segment is removed under them (storage
+// removes segments whose bodies all died, and the collector moves live bodies
+// out first): reads then return ErrNotFound, never ErrCorrupt, and a removed
+// segment's file is never held open; reads after Close return ErrClosed.
+// ReadEach gives each record of a batched read its own outcome.
 //
 // All methods of Log are safe for concurrent use. Enqueue never performs I/O,
 // so callers may hold their own locks around it to fix the order of records;

@@ -4,27 +4,39 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// seedFrames are valid frames for the fuzz corpora: empty, small, odd-sized
-// and larger payloads, and every type edge.
+// fuzzSalt and fuzzFirst place the fuzzers' frames: a fixed salt, so that
+// the corpora can hold valid frames, in a segment starting at fuzzFirst.
+const (
+	fuzzSalt  = 0x5eed5a1f0ddba11
+	fuzzFirst = LSN(4096)
+)
+
+// seedFrames are valid frames for the fuzz corpora, laid end to end from
+// fuzzFirst: empty, small, odd-sized and larger payloads, a sync mark, and
+// every type edge.
 func seedFrames() [][]byte {
 	var out [][]byte
+	lsn := fuzzFirst
 	for _, r := range []Record{
 		{Type: 1},
 		{Type: 1, Payload: []byte("x")},
 		{Type: 2, Payload: []byte("hello, wal")},
-		{Type: 255, Payload: bytes.Repeat([]byte{0}, 33)},
+		{Type: 254, Payload: bytes.Repeat([]byte{0}, 33)},
 		{Type: 7, Payload: bytes.Repeat([]byte("diskque"), 20)},
 	} {
-		out = append(out, appendFrame(nil, r))
+		fr := appendFrame(nil, r, fuzzSalt, lsn)
+		out = append(out, fr)
+		lsn += LSN(len(fr))
+		mark := appendMark(nil, lsn, fuzzSalt, lsn)
+		out = append(out, mark)
+		lsn += LSN(len(mark))
 	}
 	return out
 }
@@ -40,7 +52,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		f.Add(append(slices.Clone(fr), 0, 0, 0))                      // followed by zeros
 		f.Add(fr[:len(fr)-1])                                         // torn payload
 		f.Add(fr[:frameHeaderSize-1])                                 // torn header
-		for _, at := range []int{0, 3, 4, 8, len(fr) - 1} {           // length, crc, type, payload
+		for _, at := range []int{0, 4, 8, 9, len(fr) - 1} {           // crc, length, type, payload crc, payload
 			b := slices.Clone(fr)
 			b[at] ^= 1 << (at % 8)
 			f.Add(b)
@@ -49,15 +61,13 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(make([]byte, 64))
 	huge := make([]byte, frameHeaderSize)
-	binary.LittleEndian.PutUint32(huge, 0xffffffff)
+	binary.LittleEndian.PutUint32(huge[4:], 0xffffffff)
 	huge[8] = 1
-	f.Add(huge)
-	binary.LittleEndian.PutUint32(huge, MaxPayload)
 	f.Add(huge)
 
 	f.Fuzz(func(t *testing.T, b []byte) {
 		in := slices.Clone(b)
-		r, n, err := DecodeFrame(b)
+		r, n, err := DecodeFrame(b, fuzzSalt, fuzzFirst)
 		if !bytes.Equal(b, in) {
 			t.Fatal("DecodeFrame modified its input")
 		}
@@ -73,29 +83,36 @@ func FuzzDecodeFrame(f *testing.F) {
 		if r.Type == 0 {
 			t.Fatal("decoded a record of reserved type 0")
 		}
-		if got := appendFrame(nil, r); !bytes.Equal(got, b[:n]) {
+		if got := appendFrame(nil, r, fuzzSalt, fuzzFirst); !bytes.Equal(got, b[:n]) {
 			t.Fatalf("re-encoded %x, consumed %x", got, b[:n])
 		}
-		if _, _, err := DecodeFrame(b[:n-1]); err == nil {
+		if _, _, err := DecodeFrame(b[:n-1], fuzzSalt, fuzzFirst); err == nil {
 			t.Fatal("a strict prefix of a frame decoded")
+		}
+		if _, _, err := DecodeFrame(b[:n], fuzzSalt, fuzzFirst+1); err == nil {
+			t.Fatal("a frame decoded at another lsn")
+		}
+		if _, _, err := DecodeFrame(b[:n], fuzzSalt+1, fuzzFirst); err == nil {
+			t.Fatal("a frame decoded with another salt")
 		}
 	})
 }
 
-// FuzzRepairTail runs the recovery of a last segment over arbitrary frame
-// bytes: it keeps the longest prefix of whole valid frames and moves the rest
-// to .broken, or refuses with ErrCorrupt naming the offset of a bad frame
-// that a valid one follows.
-func FuzzRepairTail(f *testing.F) {
+// FuzzPlanTail runs the recovery of a last segment over arbitrary frame
+// bytes. It keeps the longest prefix of whole valid frames and moves the rest
+// to .broken — unless a valid sync mark after the damage says the damaged
+// part was durable: then it refuses with a DamageError naming the offset and
+// changes nothing.
+func FuzzPlanTail(f *testing.F) {
 	frames := seedFrames()
 	log := bytes.Join(frames, nil)
 	f.Add(log)
 	f.Add([]byte{})
 	f.Add(log[:len(log)-5])                                                  // torn tail
 	f.Add(append(slices.Clone(log[:len(frames[0])+3]), make([]byte, 40)...)) // zeroed tail
-	for _, at := range []int{len(frames[0]) + frameHeaderSize, len(log) - 2, 5} {
+	for _, at := range []int{len(frames[0]) + 4, len(frames[0]) + frameHeaderSize, len(log) - 2, 5} {
 		b := slices.Clone(log)
-		b[at] ^= 0x10 // in the middle (followed by valid frames), at the end, a crc
+		b[at] ^= 0x10 // a length in the middle (followed by valid frames and marks), a payload, the end, a crc
 		f.Add(b)
 	}
 	logger := slog.New(slog.DiscardHandler)
@@ -105,37 +122,41 @@ func FuzzRepairTail(f *testing.F) {
 		if err := fs.MkdirAll(crashDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		const first = LSN(4096)
-		name := segmentName(first)
+		name := segmentName(fuzzFirst)
 		path := fs.PathJoin(crashDir, name)
-		orig := append(segmentHeader(first), frames...)
+		orig := append(segmentHeader(fuzzFirst, fuzzSalt), frames...)
 		writeFile(t, fs, path, orig)
+		seg := segment{first: fuzzFirst, size: int64(len(frames)), version: formatVersion, salt: fuzzSalt}
 
-		size, err := repairTail(fs, crashDir, segment{first: first, size: int64(len(frames))}, 0, logger)
-		// The valid prefix, walked independently of repairTail.
+		plan, err := planTail(fs, crashDir, seg, 0)
+		// The valid prefix, walked independently of planTail.
 		off := 0
 		for off < len(frames) {
-			_, n, err := DecodeFrame(frames[off:])
+			_, n, err := DecodeFrame(frames[off:], fuzzSalt, fuzzFirst+LSN(off))
 			if err != nil {
 				break
 			}
 			off += n
 		}
+		damage := fuzzFirst + LSN(off)
 		if err != nil {
-			at := fmt.Sprintf("segment %s offset %d", name, segmentHeaderSize+off)
-			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), at) {
-				t.Fatalf("repairTail: %v; want ErrCorrupt naming %q", err, at)
+			var de *DamageError
+			if !errors.As(err, &de) || !errors.Is(err, ErrCorrupt) || de.Offset != segmentHeaderSize+int64(off) {
+				t.Fatalf("planTail: %v; want a DamageError at offset %d", err, segmentHeaderSize+off)
 			}
-			if !validFrameFollows(frames, off) {
-				t.Fatalf("repairTail refused, but no valid frame follows the bad one at %d", off)
+			if !markAfter(frames, off, damage) {
+				t.Fatal("planTail refused, but no valid sync mark after the damage states it durable")
 			}
 			if got := readFile(t, fs, path); !bytes.Equal(got, orig) {
-				t.Fatal("repairTail changed a segment it refused")
+				t.Fatal("planTail changed a segment it refused")
 			}
 			return
 		}
-		if size != int64(off) {
-			t.Fatalf("repairTail kept %d bytes, but the valid frames end at %d", size, off)
+		if plan.keep != int64(off) {
+			t.Fatalf("planTail keeps %d bytes, but the valid frames end at %d", plan.keep, off)
+		}
+		if err := plan.apply(fs, crashDir, seg, logger); err != nil {
+			t.Fatal(err)
 		}
 		if got := readFile(t, fs, path); !bytes.Equal(got, orig[:segmentHeaderSize+off]) {
 			t.Fatalf("segment holds %d bytes, want %d", len(got), segmentHeaderSize+off)
@@ -149,4 +170,19 @@ func FuzzRepairTail(f *testing.F) {
 			t.Fatal(".broken does not hold the original segment")
 		}
 	})
+}
+
+// markAfter reports whether a valid sync mark starts somewhere after off in
+// frames and states an LSN past damage.
+func markAfter(frames []byte, off int, damage LSN) bool {
+	for o := off + 1; o < len(frames); o++ {
+		r, _, err := DecodeFrame(frames[o:], fuzzSalt, fuzzFirst+LSN(o))
+		if err != nil {
+			continue
+		}
+		if s, ok := markSynced(r); ok && s > damage {
+			return true
+		}
+	}
+	return false
 }

@@ -59,12 +59,12 @@ func TestRemoveSegmentsLeavesGaps(t *testing.T) {
 			}
 		}
 		// Replay across the gap is refused: the records are not there.
-		if err := l.Replay(lsns[0], func(LSN, Record) error { return nil }); !errors.Is(err, ErrNotFound) {
+		if err := l.Replay(lsns[0], func(LSN, LSN, Record) error { return nil }); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("replay across the gap: err %v, want ErrNotFound", err)
 		}
 		// From the gap's end it works.
 		n := 0
-		if err := l.Replay(goneEnd, func(LSN, Record) error { n++; return nil }); err != nil {
+		if err := l.Replay(goneEnd, func(LSN, LSN, Record) error { n++; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if want := countFrom(lsns, goneEnd); n != want {

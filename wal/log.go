@@ -32,15 +32,29 @@ type Log struct {
 	// where the active segment will end once pending frames reach it.
 	tail      LSN
 	activeEnd LSN
-	// activeFirst is the first LSN of the segment pending frames go to.
+	// activeFirst and activeSalt are the first LSN and the salt of the
+	// segment pending frames go to (frames are bound to both).
 	activeFirst LSN
-	// starts are the first LSNs of every segment, including those queued for
-	// creation, so SegmentOf can place any enqueued record.
-	starts     []LSN
+	activeSalt  uint64
+	// spans are the LSN ranges of every segment, including those queued
+	// for creation, so SegmentOf can place any enqueued record and tell a
+	// removed segment from a held one.
+	spans      []span
 	written    LSN // frames below are in the OS (write(2) returned)
 	synced     LSN // frames below are durable (fsync returned)
 	syncWanted LSN // Sync callers want at least this much durable
-	err        error
+	// marked is the highest synced LSN a sync mark enqueued so far states.
+	marked LSN
+	// unsynced holds the bytes written since the last fsync that covered
+	// them — the log's own copy of [unsyncedFrom, written) — so that a
+	// failed fsync can be repaired by writing them again (Unsynced).
+	unsynced     []byte
+	unsyncedFrom LSN
+	err          error
+	// syncFailed: the poisoning error was an fsync's (or a roll's), so the
+	// written bytes after synced may not be on disk whatever the page cache
+	// says.
+	syncFailed bool
 	closed     bool
 
 	kick    chan struct{} // wakes the writer; capacity 1
@@ -61,27 +75,41 @@ type Log struct {
 	fsyncs atomic.Int64
 }
 
+// span is the LSN range of one segment; end is 0 while the segment can
+// still grow (the active one, or one queued for creation).
+type span struct {
+	first, end LSN
+}
+
 // chunk is a run of frames bound for one segment.
 type chunk struct {
 	first LSN // LSN of the first frame in data
 	// newSegment means the log rolls before writing data: the previous
-	// segment is fsynced and a segment starting at first is created.
+	// segment is fsynced and a segment starting at first, with salt, is
+	// created.
 	newSegment bool
+	salt       uint64
 	data       []byte
 }
 
 // Open opens the log in dir, creating dir and the first segment if needed,
-// and repairs a torn tail of the last segment (see the package doc).
+// and recovers the last segment (see the package doc): a torn unsynced tail is
+// cut off, damage in its durable part is refused with a DamageError. A
+// refused Open changes nothing on disk.
 func Open(dir string, opts Options) (*Log, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	fs := opts.FS
-	if err := durable.MkdirAll(fs, dir); err != nil {
+	if opts.ReadOnly {
+		if _, err := fs.Stat(dir); err != nil {
+			return nil, fmt.Errorf("wal: open %s read-only: %w", dir, err)
+		}
+	} else if err := durable.MkdirAll(fs, dir); err != nil {
 		return nil, fmt.Errorf("wal: create %s: %w", dir, err)
 	}
-	segs, err := listSegments(fs, dir)
+	segs, stale, err := listSegments(fs, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -94,46 +122,33 @@ func Open(dir string, opts Options) (*Log, error) {
 		tickerD: make(chan struct{}),
 	}
 	l.cond = sync.NewCond(&l.mu)
-	l.readers = readerCache{fs: fs, dir: dir, files: map[LSN]vfs.File{}}
+	l.readers = readerCache{fs: fs, dir: dir, files: map[LSN]vfs.File{}, removed: map[LSN]bool{}}
 
-	if len(segs) == 0 {
-		f, err := createSegment(fs, dir, 0)
-		if err != nil {
-			return nil, err
-		}
-		l.active = f
-		segs = []segment{{first: 0}}
-	} else {
-		if err := checkContiguous(segs, opts.Checkpoint); err != nil {
-			return nil, err
-		}
-		last := &segs[len(segs)-1]
-		size, err := repairTail(fs, dir, *last, int64(opts.Checkpoint)-int64(last.first), opts.Logger)
-		if err != nil {
-			return nil, err
-		}
-		last.size = size
-		f, err := openForAppend(fs, dir, segmentName(last.first))
-		if err != nil {
-			return nil, err
-		}
-		// What the last segment holds may be only in the page cache (the
-		// process crashed, the machine did not). It is about to be treated
-		// as durable — the index may checkpoint past it — so make it so.
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("wal: fsync segment %s: %w", segmentName(last.first), err)
-		}
-		l.active = f
+	if segs, err = l.recover(segs, stale); err != nil {
+		return nil, err
 	}
 	l.segs = segs
-	for _, s := range segs {
-		l.starts = append(l.starts, s.first)
+	for i, s := range segs {
+		sp := span{first: s.first}
+		if i < len(segs)-1 {
+			sp.end = s.end()
+		}
+		l.spans = append(l.spans, sp)
 	}
 	last := segs[len(segs)-1]
-	l.tail, l.activeEnd, l.activeFirst = last.end(), last.end(), last.first
+	l.tail, l.activeEnd, l.activeFirst, l.activeSalt = last.end(), last.end(), last.first, last.salt
 	l.written, l.synced, l.syncWanted = l.tail, l.tail, l.tail
+	// Everything below tail is durable (Open fsynced it), and the first
+	// record appended says so with a mark.
+	l.marked = last.first
+	l.unsyncedFrom = l.tail
 
+	if opts.ReadOnly {
+		close(l.done)
+		close(l.tickerD)
+		l.closedWriter()
+		return l, nil
+	}
 	go l.writeLoop()
 	if opts.Sync == SyncEverySec {
 		go l.syncLoop()
@@ -141,6 +156,96 @@ func Open(dir string, opts Options) (*Log, error) {
 		close(l.tickerD)
 	}
 	return l, nil
+}
+
+// closedWriter makes a read-only log refuse writes.
+func (l *Log) closedWriter() { l.err = ErrReadOnly }
+
+// recover checks the segments found in the directory and makes the last one
+// ready for appending: it rewrites what a failed fsync left in memory
+// (Options.Rewrite), cuts a torn tail, opens the active segment — a new one
+// when the directory is empty or the last segment is of an older format —
+// and fsyncs it. Every check that can refuse comes before the first change.
+func (l *Log) recover(segs []segment, stale []string) ([]segment, error) {
+	opts, fs, dir := l.opts, l.opts.FS, l.dir
+	if len(segs) == 0 {
+		if opts.Checkpoint > 0 {
+			return nil, fmt.Errorf("%w: %s holds no segment, but the log's owner has applied it up to lsn %d",
+				ErrCorrupt, dir, opts.Checkpoint)
+		}
+		if opts.ReadOnly {
+			return []segment{{first: 0, version: formatVersion}}, nil
+		}
+		if err := removeStale(fs, dir, stale); err != nil {
+			return nil, err
+		}
+		salt := newSalt()
+		f, err := createSegment(fs, dir, 0, salt)
+		if err != nil {
+			return nil, err
+		}
+		l.active = f
+		return []segment{{first: 0, version: formatVersion, salt: salt}}, nil
+	}
+	if err := checkContiguous(segs, opts.Checkpoint); err != nil {
+		return nil, err
+	}
+	last := &segs[len(segs)-1]
+	if opts.Rewrite != nil && !opts.ReadOnly {
+		if err := rewriteUnsynced(fs, dir, *last, opts.Rewrite); err != nil {
+			return nil, err
+		}
+		seg, err := statSegment(fs, dir, last.first)
+		if err != nil {
+			return nil, err
+		}
+		*last = seg
+	}
+	plan, err := planTail(fs, dir, *last, opts.Checkpoint)
+	if err != nil {
+		return nil, err
+	}
+	if opts.ReadOnly {
+		last.size = plan.keep
+		if plan.torn() {
+			opts.Logger.Warn("wal: torn tail (read-only: left as it is)", "segment", segmentName(last.first),
+				"offset", last.fileOffset(last.first+LSN(plan.keep)), "torn_bytes", plan.size-plan.keep)
+		}
+		return segs, nil
+	}
+	if err := removeStale(fs, dir, stale); err != nil {
+		return nil, err
+	}
+	if err := plan.apply(fs, dir, *last, opts.Logger); err != nil {
+		return nil, err
+	}
+	last.size = plan.keep
+	name := segmentName(last.first)
+	f, err := openForAppend(fs, dir, name)
+	if err != nil {
+		return nil, err
+	}
+	// What the last segment holds may be only in the page cache (the
+	// process crashed, the machine did not). It is about to be treated as
+	// durable — the index may checkpoint past it — so make it so.
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("wal: fsync segment %s: %w", name, err)
+	}
+	if last.version == formatVersion {
+		l.active = f
+		return segs, nil
+	}
+	// An older format's segment is sealed as it is; new frames go to a
+	// segment of this build's format.
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("wal: close segment %s: %w", name, err)
+	}
+	next := segment{first: last.end(), version: formatVersion, salt: newSalt()}
+	if l.active, err = createSegment(fs, dir, next.first, next.salt); err != nil {
+		return nil, err
+	}
+	return append(segs, next), nil
 }
 
 // checkContiguous verifies that every segment but the last ends where the next
@@ -165,18 +270,19 @@ func checkContiguous(segs []segment, checkpoint LSN) error {
 }
 
 // Enqueue queues records for writing, in order, and returns the LSN of the
-// first and the end of the last; the records are contiguous. It performs no
-// I/O (it blocks only while more than MaxPending bytes wait for the writer),
-// so a caller may hold its own lock to fix the order of records. Wait(end)
-// then waits for the records per the sync policy.
+// first and the end of the last. The records follow each other, but a sync
+// mark may sit before the first (and only there). It performs no I/O (it
+// blocks only while more than MaxPending bytes wait for the writer), so a
+// caller may hold its own lock to fix the order of records. Wait(end) then
+// waits for the records per the sync policy.
 func (l *Log) Enqueue(recs ...Record) (first, end LSN, err error) {
 	size := int64(0)
 	for _, r := range recs {
 		if len(r.Payload) > MaxPayload {
 			return 0, 0, errTooLarge
 		}
-		if r.Type == 0 {
-			return 0, 0, errors.New("wal: record type 0 is reserved")
+		if r.Type == 0 || r.Type == MarkType {
+			return 0, 0, fmt.Errorf("wal: record type %d is reserved", r.Type)
 		}
 		size += frameSize(len(r.Payload))
 	}
@@ -188,30 +294,54 @@ func (l *Log) Enqueue(recs ...Record) (first, end LSN, err error) {
 	if err := l.errLocked(); err != nil {
 		return 0, 0, err
 	}
+	if len(recs) > 0 && l.synced > l.marked && !l.rollsLocked(frameSize(markPayloadSize)+frameSize(len(recs[0].Payload))) {
+		// The durable prefix grew since the last mark: say so in the log,
+		// so recovery can tell damage there from a torn tail. (Not when the
+		// records roll the log: the roll fsyncs the segment the mark would
+		// end, and a mark belongs before records in its own segment.)
+		l.appendLocked(func(dst []byte, salt uint64, lsn LSN) []byte {
+			return appendMark(dst, l.synced, salt, lsn)
+		}, frameSize(markPayloadSize))
+		l.marked = l.synced
+	}
 	first = l.tail
 	for _, r := range recs {
-		fs := frameSize(len(r.Payload))
-		activeSize := int64(l.activeEnd - l.activeFirst)
-		roll := activeSize > 0 && activeSize+fs > l.opts.SegmentSize
-		if roll || len(l.pending) == 0 {
-			l.pending = append(l.pending, chunk{first: l.tail, newSegment: roll, data: l.takeBuffer()})
-			if roll {
-				l.activeFirst = l.tail
-				l.activeEnd = l.tail
-				l.starts = append(l.starts, l.tail)
-			}
-		}
-		c := &l.pending[len(l.pending)-1]
-		c.data = appendFrame(c.data, r)
-		l.tail += LSN(fs)
-		l.activeEnd += LSN(fs)
-		l.pendingBytes += int(fs)
+		l.appendLocked(func(dst []byte, salt uint64, lsn LSN) []byte {
+			return appendFrame(dst, r, salt, lsn)
+		}, frameSize(len(r.Payload)))
 	}
 	select {
 	case l.kick <- struct{}{}:
 	default:
 	}
 	return first, l.tail, nil
+}
+
+// appendLocked appends one frame of size fs, encoded by enc at the tail,
+// rolling to a new segment first if the active one would grow past
+// SegmentSize.
+func (l *Log) appendLocked(enc func(dst []byte, salt uint64, lsn LSN) []byte, fs int64) {
+	roll := l.rollsLocked(fs)
+	if roll {
+		l.spans[len(l.spans)-1].end = l.tail
+		l.activeFirst, l.activeEnd, l.activeSalt = l.tail, l.tail, newSalt()
+		l.spans = append(l.spans, span{first: l.tail})
+	}
+	if roll || len(l.pending) == 0 {
+		l.pending = append(l.pending, chunk{first: l.tail, newSegment: roll, salt: l.activeSalt, data: l.takeBuffer()})
+	}
+	c := &l.pending[len(l.pending)-1]
+	c.data = enc(c.data, l.activeSalt, l.tail)
+	l.tail += LSN(fs)
+	l.activeEnd += LSN(fs)
+	l.pendingBytes += int(fs)
+}
+
+// rollsLocked reports whether fs more bytes make the log roll to a new
+// segment: the active one holds something and would grow past SegmentSize.
+func (l *Log) rollsLocked(fs int64) bool {
+	activeSize := int64(l.activeEnd - l.activeFirst)
+	return activeSize > 0 && activeSize+fs > l.opts.SegmentSize
 }
 
 func (l *Log) errLocked() error {
@@ -287,7 +417,7 @@ func (l *Log) Sync() error {
 	return l.WaitSynced(end)
 }
 
-// End returns the LSN the next record will get.
+// End returns the LSN the next record will get (or its sync mark).
 func (l *Log) End() LSN {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -316,6 +446,8 @@ type SegmentInfo struct {
 	First LSN
 	Size  int64 // bytes of frames written so far
 	Name  string
+	// Version is the segment's format (1 or 2).
+	Version int
 }
 
 // Segments lists the segments in log order.
@@ -324,22 +456,25 @@ func (l *Log) Segments() []SegmentInfo {
 	defer l.mu.Unlock()
 	out := make([]SegmentInfo, len(l.segs))
 	for i, s := range l.segs {
-		out[i] = SegmentInfo{First: s.first, Size: s.size, Name: segmentName(s.first)}
+		out[i] = SegmentInfo{First: s.first, Size: s.size, Name: segmentName(s.first), Version: int(s.version)}
 	}
 	return out
 }
 
 // SegmentOf returns the first LSN of the segment holding (or, for a record
 // still pending, bound to hold) lsn; false if lsn is below the first
-// segment still held.
+// segment still held or in a segment removed from the middle of the log.
 func (l *Log) SegmentOf(lsn LSN) (LSN, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	i := sort.Search(len(l.starts), func(i int) bool { return l.starts[i] > lsn }) - 1
+	i := sort.Search(len(l.spans), func(i int) bool { return l.spans[i].first > lsn }) - 1
 	if i < 0 {
 		return 0, false
 	}
-	return l.starts[i], true
+	if sp := l.spans[i]; sp.end != 0 && lsn >= sp.end {
+		return 0, false // in the gap a removed segment left
+	}
+	return l.spans[i].first, true
 }
 
 // writeLoop is the single writer: it takes every pending chunk, writes them,
@@ -373,22 +508,34 @@ func (l *Log) flushPending() {
 		l.mu.Unlock()
 		return
 	}
-	wantSync := l.opts.Sync == SyncAlways || l.syncWanted > l.synced
+	size := 0
+	for _, c := range chunks {
+		size += len(c.data)
+	}
+	// Past MaxUnsynced written bytes the writer fsyncs whatever the policy:
+	// it keeps them in memory until then (see Unsynced).
+	wantSync := l.opts.Sync == SyncAlways || l.syncWanted > l.synced ||
+		len(l.unsynced)+size > l.opts.MaxUnsynced
 	activeFirst := l.segs[len(l.segs)-1].first
 	l.mu.Unlock()
 
 	var err error
+	syncErr := false
 	var newSegs []segment
 	// ends records where each segment written to now ends: one flush may
 	// finish the old segment and start new ones.
 	var ends []segment
 	written := LSN(0)
+	// done is how many chunks were written whole.
+	done := 0
 	for _, c := range chunks {
 		if c.newSegment {
-			if err = l.roll(c.first); err != nil {
+			var synced bool
+			if synced, err = l.roll(c.first, c.salt); err != nil {
+				syncErr = !synced
 				break
 			}
-			newSegs = append(newSegs, segment{first: c.first})
+			newSegs = append(newSegs, segment{first: c.first, version: formatVersion, salt: c.salt})
 			activeFirst = c.first
 		}
 		if _, err = l.active.Write(c.data); err != nil {
@@ -397,11 +544,16 @@ func (l *Log) flushPending() {
 		}
 		written = c.first + LSN(len(c.data))
 		ends = append(ends, segment{first: activeFirst, size: int64(written - activeFirst)})
+		done++
 	}
+	synced := false
 	if err == nil && (wantSync || len(newSegs) > 0 && l.opts.Sync == SyncAlways) {
 		l.fsyncs.Add(1)
 		if err = l.active.Sync(); err != nil {
 			err = fmt.Errorf("wal: fsync segment: %w", err)
+			syncErr = true
+		} else {
+			synced = true
 		}
 	}
 
@@ -417,49 +569,61 @@ func (l *Log) flushPending() {
 			}
 		}
 	}
+	if written > l.written {
+		l.written = written
+	}
+	switch {
+	case synced:
+		l.synced = l.written
+		l.unsynced, l.unsyncedFrom = l.unsynced[:0], l.written
+	default:
+		// Keep what was written and is not known durable: the chunks
+		// written whole since the segment the log is in began (a roll
+		// fsynced the ones before).
+		for _, c := range chunks[:done] {
+			if c.newSegment {
+				l.unsynced, l.unsyncedFrom = l.unsynced[:0], c.first
+			}
+			l.unsynced = append(l.unsynced, c.data...)
+		}
+	}
 	for _, c := range chunks {
 		l.pendingBytes -= len(c.data)
 		l.giveBuffer(c.data)
 	}
-	if err != nil {
-		if l.err == nil {
-			l.err = fmt.Errorf("%w: %w", ErrPoisoned, err)
-			l.opts.Logger.Error("wal: log poisoned", "err", err)
-		}
-	} else {
-		if written > l.written {
-			l.written = written
-		}
-		if wantSync {
-			l.synced = l.written
-		}
+	if err != nil && l.err == nil {
+		l.err = fmt.Errorf("%w: %w", ErrPoisoned, err)
+		l.syncFailed = syncErr
+		l.opts.Logger.Error("wal: log poisoned", "err", err)
 	}
 	l.cond.Broadcast()
 }
 
-// roll fsyncs and closes the active segment and creates the next one.
-func (l *Log) roll(first LSN) error {
+// roll fsyncs and closes the active segment and creates the next one. synced
+// reports whether the old segment's fsync succeeded.
+func (l *Log) roll(first LSN, salt uint64) (synced bool, err error) {
 	l.fsyncs.Add(1)
 	if err := l.active.Sync(); err != nil {
-		return fmt.Errorf("wal: fsync segment before roll: %w", err)
+		return false, fmt.Errorf("wal: fsync segment before roll: %w", err)
 	}
-	err := l.active.Close()
+	err = l.active.Close()
 	l.active = nil // closed even if Close failed; Log.Close must not close it again
-	if err != nil {
-		return fmt.Errorf("wal: close segment: %w", err)
-	}
 	// Everything before first is in segments that are now all fsynced.
 	l.mu.Lock()
 	if first > l.synced {
 		l.synced = first
 	}
+	l.unsynced, l.unsyncedFrom = l.unsynced[:0], first
 	l.mu.Unlock()
-	f, err := createSegment(l.opts.FS, l.dir, first)
 	if err != nil {
-		return err
+		return true, fmt.Errorf("wal: close segment: %w", err)
+	}
+	f, err := createSegment(l.opts.FS, l.dir, first, salt)
+	if err != nil {
+		return true, err
 	}
 	l.active = f
-	return nil
+	return true, nil
 }
 
 // syncLoop drives SyncEverySec.
@@ -509,33 +673,72 @@ func (l *Log) syncInBackground(h *syncHandle) {
 		h.close()
 		f, err := l.opts.FS.Open(l.opts.FS.PathJoin(l.dir, segmentName(first)))
 		if err != nil {
-			l.poison(fmt.Errorf("wal: open segment %s to fsync: %w", segmentName(first), err))
+			l.poison(fmt.Errorf("wal: open segment %s to fsync: %w", segmentName(first), err), true)
 			return
 		}
 		h.f, h.first = f, first
 	}
 	l.fsyncs.Add(1)
 	if err := h.f.Sync(); err != nil {
-		l.poison(fmt.Errorf("wal: fsync segment: %w", err))
+		l.poison(fmt.Errorf("wal: fsync segment: %w", err), true)
 		return
 	}
 	l.mu.Lock()
 	if target > l.synced {
 		l.synced = target
+		if target > l.unsyncedFrom {
+			// Bytes written while the fsync ran stay kept.
+			n := min(int(target-l.unsyncedFrom), len(l.unsynced))
+			l.unsynced = append(l.unsynced[:0], l.unsynced[n:]...)
+			l.unsyncedFrom += LSN(n)
+		}
 	}
 	l.cond.Broadcast()
 	l.mu.Unlock()
 }
 
 // poison makes every later call fail with err (see ErrPoisoned).
-func (l *Log) poison(err error) {
+func (l *Log) poison(err error, syncErr bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err == nil {
 		l.err = fmt.Errorf("%w: %w", ErrPoisoned, err)
+		l.syncFailed = syncErr
 		l.opts.Logger.Error("wal: log poisoned", "err", err)
 	}
 	l.cond.Broadcast()
+}
+
+// Unsynced is what a log that failed kept of the bytes it had written since
+// its last successful fsync: give it to the next Open (Options.Rewrite) so
+// that they are on disk again before anything is built on them. After a
+// failed fsync the operating system may have dropped those pages while still
+// serving them from its cache, so the file cannot be trusted past Synced.
+type Unsynced struct {
+	// Segment is the first LSN of the segment they belong to.
+	Segment LSN
+	// Synced is the end of the durable prefix: the segment is cut there.
+	Synced LSN
+	// Data is the bytes to write again at Synced (nil: only cut). Under
+	// SyncAlways it is always nil: no write after the last fsync was
+	// acknowledged, so none is kept.
+	Data []byte
+}
+
+// Unsynced returns what must be written again after a failed fsync, or nil
+// if the log did not fail an fsync (then the file holds everything written).
+// Call it after Close.
+func (l *Log) Unsynced() *Unsynced {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.syncFailed {
+		return nil
+	}
+	u := &Unsynced{Segment: l.segs[len(l.segs)-1].first, Synced: l.synced}
+	if l.opts.Sync != SyncAlways && l.unsyncedFrom == l.synced && len(l.unsynced) > 0 {
+		u.Data = append([]byte(nil), l.unsynced...)
+	}
+	return u
 }
 
 // Close writes and fsyncs everything appended, then closes the files. It is
@@ -546,17 +749,20 @@ func (l *Log) Close() error {
 		l.mu.Unlock()
 		return nil
 	}
+	ro := l.opts.ReadOnly
 	l.syncWanted = l.tail
 	l.closed = true
 	l.cond.Broadcast()
 	l.mu.Unlock()
-	close(l.stop)
-	<-l.done
-	<-l.tickerD
 	var errs []error
-	l.mu.Lock()
-	errs = append(errs, l.err)
-	l.mu.Unlock()
+	if !ro {
+		close(l.stop)
+		<-l.done
+		<-l.tickerD
+		l.mu.Lock()
+		errs = append(errs, l.err)
+		l.mu.Unlock()
+	}
 	if l.active != nil { // nil if a roll failed after closing it
 		errs = append(errs, l.active.Close())
 	}
@@ -593,3 +799,5 @@ func (l *Log) giveBuffer(b []byte) {
 		l.free = append(l.free, b[:0])
 	}
 }
+
+var errNoUnsyncedSegment = errors.New("wal: the segment a failed fsync left unsynced data in is gone")

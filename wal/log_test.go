@@ -71,7 +71,7 @@ func TestAppendReadReplayAcrossSegments(t *testing.T) {
 	check := func(l *Log, from int) {
 		t.Helper()
 		i := from
-		err := l.Replay(lsns[from], func(lsn LSN, r Record) error {
+		err := l.Replay(lsns[from], func(lsn, _ LSN, r Record) error {
 			if lsn != lsns[i] || !bytes.Equal(r.Payload, want[i]) {
 				return fmt.Errorf("record %d at %d mismatches", i, lsn)
 			}
@@ -140,7 +140,7 @@ func TestConcurrentAppendsAreContiguous(t *testing.T) {
 			}
 			wg.Wait()
 			n := 0
-			if err := l.Replay(0, func(lsn LSN, r Record) error {
+			if err := l.Replay(0, func(lsn, _ LSN, r Record) error {
 				if seen[lsn] != string(r.Payload) {
 					return fmt.Errorf("lsn %d holds %q, appender saw %q", lsn, r.Payload, seen[lsn])
 				}
@@ -190,7 +190,7 @@ func TestRollInsideOneFlushKeepsTheOldSegmentReadable(t *testing.T) {
 		}
 	}
 	n := 0
-	if err := l.Replay(0, func(LSN, Record) error { n++; return nil }); err != nil || n != len(lsns) {
+	if err := l.Replay(0, func(LSN, LSN, Record) error { n++; return nil }); err != nil || n != len(lsns) {
 		t.Fatalf("replay: %d records, %v", n, err)
 	}
 }

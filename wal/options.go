@@ -75,8 +75,27 @@ type Options struct {
 	// segment's records before it when it looks for a torn tail: they were
 	// fsynced before the owner recorded the checkpoint (Read and Verify
 	// still check their CRCs). Every record at or after it must be present.
-	// Default 0: the log must be contiguous and is checked whole.
+	// Damage below it is corruption, never a torn tail; a last segment
+	// that ends before it is refused (its end was lost). Default 0: the log
+	// must be contiguous and is checked whole.
 	Checkpoint LSN
+	// MaxUnsynced bounds the bytes written since the last fsync: past it the
+	// writer fsyncs, whatever the policy. The log keeps those bytes in
+	// memory until an fsync covers them, so that after a failed fsync they
+	// can be written again (see Unsynced). Default 64 MiB.
+	MaxUnsynced int
+	// ReadOnly opens the log without changing anything on disk: no repair
+	// (a torn tail is only reported, and the log ends before it), no stale
+	// temporary files removed, no fsync, no new segment; every write returns
+	// ErrReadOnly. For offline checks and for a store that must not write.
+	ReadOnly bool
+	// Rewrite, when set, is what a log that failed an fsync still held in
+	// memory (Log.Unsynced): Open cuts the last segment back to its durable
+	// end and writes the kept bytes again, then fsyncs, before it recovers
+	// the log — so records the operating system may have dropped after the
+	// failed fsync are on disk again, or Open fails and nothing was lost
+	// yet. Ignored with ReadOnly.
+	Rewrite *Unsynced
 }
 
 // DefaultOptions returns the options a server uses.
@@ -108,6 +127,9 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxPending == 0 {
 		o.MaxPending = 64 << 20
 	}
+	if o.MaxUnsynced == 0 {
+		o.MaxUnsynced = 64 << 20
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -127,6 +149,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxPending < 0 {
 		errs = append(errs, fmt.Errorf("wal: negative MaxPending %d", o.MaxPending))
+	}
+	if o.MaxUnsynced < 0 {
+		errs = append(errs, fmt.Errorf("wal: negative MaxUnsynced %d", o.MaxUnsynced))
 	}
 	return errors.Join(errs...)
 }

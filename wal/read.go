@@ -2,12 +2,10 @@ package wal
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"slices"
 	"sort"
 	"sync"
@@ -18,12 +16,17 @@ import (
 
 // readerCache keeps one read-only handle per segment. Reads share the read
 // lock; dropping a segment takes the write lock, so a handle is never closed
-// under a reader.
+// under a reader. A segment dropped (removed) is remembered, so that a
+// reader that located it just before is told ErrNotFound rather than caching
+// a handle on a removed file (which would keep its disk space, and a
+// descriptor, for the life of the log).
 type readerCache struct {
-	fs    vfs.FS
-	dir   string
-	mu    sync.RWMutex
-	files map[LSN]vfs.File
+	fs      vfs.FS
+	dir     string
+	mu      sync.RWMutex
+	files   map[LSN]vfs.File
+	removed map[LSN]bool
+	closed  bool
 }
 
 // readAt reads len(p) bytes at file offset off of the segment starting at
@@ -33,21 +36,13 @@ func (c *readerCache) readAt(first LSN, p []byte, off int64) error {
 	f := c.files[first]
 	if f == nil {
 		c.mu.RUnlock()
-		c.mu.Lock()
-		if f = c.files[first]; f == nil {
-			var err error
-			f, err = c.fs.Open(c.fs.PathJoin(c.dir, segmentName(first)))
-			if err != nil {
-				c.mu.Unlock()
-				return err
-			}
-			c.files[first] = f
+		if err := c.open(first); err != nil {
+			return err
 		}
-		c.mu.Unlock()
 		c.mu.RLock()
 		if f = c.files[first]; f == nil {
 			c.mu.RUnlock()
-			return ErrNotFound
+			return c.gone(first)
 		}
 	}
 	defer c.mu.RUnlock()
@@ -55,9 +50,46 @@ func (c *readerCache) readAt(first LSN, p []byte, off int64) error {
 	return err
 }
 
+// open caches a handle on the segment starting at first.
+func (c *readerCache) open(first LSN) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.files[first] != nil {
+		return nil
+	}
+	if c.closed || c.removed[first] {
+		return c.goneLocked(first)
+	}
+	f, err := c.fs.Open(c.fs.PathJoin(c.dir, segmentName(first)))
+	if isNotExist(err) {
+		return fmt.Errorf("%w: segment %s was removed", ErrNotFound, segmentName(first))
+	}
+	if err != nil {
+		return err
+	}
+	c.files[first] = f
+	return nil
+}
+
+func (c *readerCache) gone(first LSN) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.goneLocked(first)
+}
+
+func (c *readerCache) goneLocked(first LSN) error {
+	if c.closed {
+		return ErrClosed
+	}
+	return fmt.Errorf("%w: segment %s was removed", ErrNotFound, segmentName(first))
+}
+
+// drop closes the handle on a segment about to be removed and refuses it
+// from now on.
 func (c *readerCache) drop(first LSN) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.removed[first] = true
 	f := c.files[first]
 	delete(c.files, first)
 	if f != nil {
@@ -69,6 +101,7 @@ func (c *readerCache) drop(first LSN) error {
 func (c *readerCache) closeAll() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	var first error
 	for k, f := range c.files {
 		if err := f.Close(); err != nil && first == nil {
@@ -83,6 +116,9 @@ func (c *readerCache) closeAll() error {
 func (l *Log) locate(lsn LSN) (segment, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		return segment{}, ErrClosed
+	}
 	if lsn >= l.tail {
 		return segment{}, fmt.Errorf("%w: %d is past the end %d", ErrNotFound, lsn, l.tail)
 	}
@@ -116,33 +152,43 @@ func (l *Log) ReadSized(lsn LSN, payloadHint int) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	off := segmentHeaderSize + int64(lsn-seg.first)
+	hdr := int64(seg.frameHeader())
+	off := seg.fileOffset(lsn)
 	left := seg.size - int64(lsn-seg.first) // bytes of the segment from lsn on
-	first := min(int64(frameHeaderSize+max(payloadHint, 0)), left)
-	if first < frameHeaderSize {
+	first := min(hdr+int64(max(payloadHint, 0)), left)
+	if first < hdr {
 		return Record{}, l.corruptAt(seg, lsn, errors.New("header runs past the segment"))
 	}
 	buf := make([]byte, first)
 	if err := l.readers.readAt(seg.first, buf, off); err != nil {
-		return Record{}, l.corruptAt(seg, lsn, err)
+		return Record{}, l.readError(seg, lsn, err)
 	}
-	n := frameLen(buf)
-	if n > MaxPayload || frameHeaderSize+n > left {
+	n := seg.payloadLen(buf)
+	if n > MaxPayload || hdr+n > left {
 		return Record{}, l.corruptAt(seg, lsn, errors.New("length runs past the segment"))
 	}
-	if size := frameHeaderSize + n; size > first {
+	if size := hdr + n; size > first {
 		buf = append(buf, make([]byte, size-first)...)
 		if err := l.readers.readAt(seg.first, buf[first:], off+first); err != nil {
-			return Record{}, l.corruptAt(seg, lsn, err)
+			return Record{}, l.readError(seg, lsn, err)
 		}
 	} else {
 		buf = buf[:size]
 	}
-	r, _, fe := decodeFrame(buf)
+	r, _, fe := seg.decode(buf, lsn)
 	if fe != frameOK {
 		return Record{}, l.corruptAt(seg, lsn, errors.New("bad checksum or type"))
 	}
 	return r, nil
+}
+
+// readError says why reading lsn failed: ErrNotFound and ErrClosed as they
+// are (the segment was removed, the log closed), anything else as damage.
+func (l *Log) readError(seg segment, lsn LSN, err error) error {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrClosed) {
+		return err
+	}
+	return l.corruptAt(seg, lsn, err)
 }
 
 // Batched reads (ReadBatch) read records that lie this close together in
@@ -156,25 +202,42 @@ const (
 
 // ReadBatch is ReadSized for many records: it returns the records at lsns
 // (each a record boundary; payloadHints[i] is the hint for lsns[i]), in the
-// order asked. Records close together in one segment — the jobs of a
-// consumer's batch, added together, sit side by side in the log — are read
-// with one pread, not one each. The payloads may share memory.
+// order asked, or the first error (see ReadEach). The payloads may share
+// memory.
 func (l *Log) ReadBatch(lsns []LSN, payloadHints []int) ([]Record, error) {
+	out, errs := l.ReadEach(lsns, payloadHints)
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// ReadEach is ReadBatch with an outcome per record: errs[i] is nil when
+// out[i] is the record at lsns[i]. Records close together in one segment —
+// the jobs of a consumer's batch, added together, sit side by side in the
+// log — are read with one pread, not one each; a damaged record spoils only
+// itself.
+func (l *Log) ReadEach(lsns []LSN, payloadHints []int) (out []Record, errs []error) {
 	order := make([]int, len(lsns))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(lsns[a], lsns[b]) })
-	out := make([]Record, len(lsns))
+	out, errs = make([]Record, len(lsns)), make([]error, len(lsns))
 	for g := 0; g < len(order); {
 		first := lsns[order[g]]
 		seg, err := l.locate(first)
 		if err != nil {
-			return nil, err
+			errs[order[g]] = err
+			g++
+			continue
 		}
+		hdr := int64(seg.frameHeader())
 		// The group: the records from g on that fit one read.
 		expectedEnd := func(k int) int64 {
-			return int64(lsns[order[k]]-first) + frameHeaderSize + int64(max(payloadHints[order[k]], 0))
+			return int64(lsns[order[k]]-first) + hdr + int64(max(payloadHints[order[k]], 0))
 		}
 		end := g + 1
 		span := expectedEnd(g)
@@ -187,42 +250,52 @@ func (l *Log) ReadBatch(lsns []LSN, payloadHints []int) ([]Record, error) {
 			end++
 		}
 		left := seg.size - int64(first-seg.first)
-		buf := make([]byte, min(span, left))
-		if err := l.readers.readAt(seg.first, buf, segmentHeaderSize+int64(first-seg.first)); err != nil {
-			return nil, l.corruptAt(seg, first, err)
+		buf := make([]byte, max(min(span, left), 0))
+		if err := l.readers.readAt(seg.first, buf, seg.fileOffset(first)); err != nil {
+			// One by one, so that each record gets its own outcome.
+			for k := g; k < end; k++ {
+				i := order[k]
+				out[i], errs[i] = l.ReadSized(lsns[i], payloadHints[i])
+			}
+			g = end
+			continue
 		}
 		for k := g; k < end; k++ {
 			i := order[k]
 			at := int64(lsns[i] - first)
-			if rest := buf[at:]; len(rest) >= frameHeaderSize && frameHeaderSize+frameLen(rest) <= int64(len(rest)) {
-				r, _, fe := decodeFrame(rest[:frameHeaderSize+frameLen(rest)])
+			if rest := buf[at:]; int64(len(rest)) >= hdr && hdr+seg.payloadLen(rest) <= int64(len(rest)) {
+				r, _, fe := seg.decode(rest[:hdr+seg.payloadLen(rest)], lsns[i])
 				if fe != frameOK {
-					return nil, l.corruptAt(seg, lsns[i], errors.New("bad checksum or type"))
+					errs[i] = l.corruptAt(seg, lsns[i], errors.New("bad checksum or type"))
+					continue
 				}
 				out[i] = r
 				continue
 			}
 			// Longer than its hint said and past the read: on its own.
-			if out[i], err = l.ReadSized(lsns[i], payloadHints[i]); err != nil {
-				return nil, err
-			}
+			out[i], errs[i] = l.ReadSized(lsns[i], payloadHints[i])
 		}
 		g = end
 	}
-	return out, nil
+	return out, errs
 }
 
 func (l *Log) corruptAt(seg segment, lsn LSN, cause error) error {
 	return fmt.Errorf("%w: segment %s offset %d (lsn %d): %v",
-		ErrCorrupt, segmentName(seg.first), segmentHeaderSize+int64(lsn-seg.first), lsn, cause)
+		ErrCorrupt, segmentName(seg.first), seg.fileOffset(lsn), lsn, cause)
 }
 
-// Replay calls fn for every record from LSN from (a record boundary) to the
-// end of the log as it is when Replay starts, in order. The record's payload
+// Replay calls fn for every record from LSN from (a record boundary, or a
+// sync mark's) to the end of the log as it is when Replay starts, in order,
+// with the LSN that follows it. Sync marks are skipped. The record's payload
 // is valid only during the call. It stops at the first error fn returns, and
 // returns ErrCorrupt naming the segment and offset for a damaged record.
-func (l *Log) Replay(from LSN, fn func(lsn LSN, r Record) error) error {
+func (l *Log) Replay(from LSN, fn func(lsn, end LSN, r Record) error) error {
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
 	segs := append([]segment(nil), l.segs...)
 	end := l.written
 	l.mu.Unlock()
@@ -251,43 +324,51 @@ func (l *Log) Replay(from LSN, fn func(lsn LSN, r Record) error) error {
 	return nil
 }
 
-func (l *Log) replaySegment(seg segment, start, stop LSN, fn func(LSN, Record) error) error {
+// replaySegment reads the frames of seg in [start, stop) in order and calls
+// fn for each record (not for sync marks).
+func (l *Log) replaySegment(seg segment, start, stop LSN, fn func(lsn, end LSN, r Record) error) error {
 	if start >= stop {
 		return nil
 	}
 	f, err := l.opts.FS.Open(l.opts.FS.PathJoin(l.dir, segmentName(seg.first)))
+	if isNotExist(err) {
+		return fmt.Errorf("%w: segment %s was removed", ErrNotFound, segmentName(seg.first))
+	}
 	if err != nil {
 		return fmt.Errorf("wal: open segment %s: %w", segmentName(seg.first), err)
 	}
 	defer f.Close()
-	off := segmentHeaderSize + int64(start-seg.first)
-	br := bufio.NewReaderSize(io.NewSectionReader(f, off, int64(stop-start)), 1<<20)
-	var hdr [frameHeaderSize]byte
+	br := bufio.NewReaderSize(io.NewSectionReader(f, seg.fileOffset(start), int64(stop-start)), 1<<20)
+	hdrSize := int64(seg.frameHeader())
+	hdr := make([]byte, hdrSize)
 	var buf []byte
 	for lsn := start; lsn < stop; {
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		if _, err := io.ReadFull(br, hdr); err != nil {
 			return l.corruptAt(seg, lsn, fmt.Errorf("short header: %v", err))
 		}
-		n := frameLen(hdr[:])
-		if n > MaxPayload || lsn+LSN(frameHeaderSize+n) > stop {
+		n := seg.payloadLen(hdr)
+		if n > MaxPayload || lsn+LSN(hdrSize+n) > stop {
 			return l.corruptAt(seg, lsn, errors.New("length runs past the segment"))
 		}
-		if cap(buf) < int(frameHeaderSize+n) {
-			buf = make([]byte, frameHeaderSize+n)
+		if cap(buf) < int(hdrSize+n) {
+			buf = make([]byte, hdrSize+n)
 		}
-		buf = buf[:frameHeaderSize+n]
-		copy(buf, hdr[:])
-		if _, err := io.ReadFull(br, buf[frameHeaderSize:]); err != nil {
+		buf = buf[:hdrSize+n]
+		copy(buf, hdr)
+		if _, err := io.ReadFull(br, buf[hdrSize:]); err != nil {
 			return l.corruptAt(seg, lsn, fmt.Errorf("short payload: %v", err))
 		}
-		r, size, fe := decodeFrame(buf)
+		r, size, fe := seg.decode(buf, lsn)
 		if fe != frameOK {
 			return l.corruptAt(seg, lsn, errors.New("bad checksum or type"))
 		}
-		if err := fn(lsn, r); err != nil {
-			return err
+		end := lsn + LSN(size)
+		if r.Type != MarkType || seg.version == 1 {
+			if err := fn(lsn, end, r); err != nil {
+				return err
+			}
 		}
-		lsn += LSN(size)
+		lsn = end
 	}
 	return nil
 }
@@ -295,16 +376,28 @@ func (l *Log) replaySegment(seg segment, start, stop LSN, fn func(LSN, Record) e
 // Verify reads every record of every segment held and checks its checksum.
 // Gaps left by RemoveSegments are not damage.
 func (l *Log) Verify() error {
-	l.mu.Lock()
-	segs := append([]segment(nil), l.segs...)
-	end := l.written
-	l.mu.Unlock()
-	for _, seg := range segs {
-		if err := l.replaySegment(seg, seg.first, min(seg.end(), end), func(LSN, Record) error { return nil }); err != nil {
+	for _, seg := range l.Segments() {
+		if err := l.VerifySegment(seg.First); err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
 	}
 	return nil
+}
+
+// VerifySegment reads every frame of the segment starting at first (as much
+// of the active one as is written) and checks its checksums; ErrNotFound if
+// the log holds no such segment (any more).
+func (l *Log) VerifySegment(first LSN) error {
+	l.mu.Lock()
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first >= first })
+	if i == len(l.segs) || l.segs[i].first != first {
+		l.mu.Unlock()
+		return fmt.Errorf("%w: no segment %s", ErrNotFound, segmentName(first))
+	}
+	seg := l.segs[i]
+	end := min(seg.end(), l.written)
+	l.mu.Unlock()
+	return l.replaySegment(seg, seg.first, end, func(LSN, LSN, Record) error { return nil })
 }
 
 // ScanSegment calls fn for every record of the sealed segment whose first
@@ -324,7 +417,7 @@ func (l *Log) ScanSegment(first LSN, fn func(lsn LSN, r Record) error) error {
 	}
 	seg := l.segs[i]
 	l.mu.Unlock()
-	return l.replaySegment(seg, seg.first, seg.end(), fn)
+	return l.replaySegment(seg, seg.first, seg.end(), func(lsn, _ LSN, r Record) error { return fn(lsn, r) })
 }
 
 // RemoveSegments removes the listed sealed segments, wherever they are in
@@ -357,10 +450,10 @@ func (l *Log) RemoveSegments(firsts []LSN) error {
 		return nil
 	}
 	l.segs = keep
-	// starts also holds segments queued for creation, after the active one,
+	// spans also holds segments queued for creation, after the active one,
 	// which is never removed: filter it, don't rebuild it.
-	l.starts = slices.DeleteFunc(slices.Clone(l.starts), func(first LSN) bool {
-		return remove[first] && first != keep[len(keep)-1].first
+	l.spans = slices.DeleteFunc(slices.Clone(l.spans), func(sp span) bool {
+		return remove[sp.first] && sp.first != keep[len(keep)-1].first
 	})
 	l.mu.Unlock()
 	return l.removeFiles(drop)
@@ -395,146 +488,4 @@ func (l *Log) TruncateFront(lsn LSN) error {
 		firsts = append(firsts, seg.First)
 	}
 	return l.RemoveSegments(firsts)
-}
-
-// repairTail reads the last segment to its end and returns the size of its
-// valid frames. A torn tail is cut off (the original kept as NAME.broken); a
-// bad frame followed by a valid one is damage, and an error. The first
-// trusted bytes of frames are known durable (Options.Checkpoint) and are not
-// read again unless the tail after them needs repair: a restart reads only
-// what the last checkpoint did not cover, not the whole 64 MiB segment.
-func repairTail(fs vfs.FS, dir string, seg segment, trusted int64, logger *slog.Logger) (int64, error) {
-	name := segmentName(seg.first)
-	path := fs.PathJoin(dir, name)
-	f, err := fs.Open(path)
-	if err != nil {
-		return 0, fmt.Errorf("wal: open segment %s: %w", name, err)
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return 0, fmt.Errorf("wal: stat segment %s: %w", name, err)
-	}
-	if size := st.Size() - segmentHeaderSize; trusted > 0 && trusted <= size {
-		// The common case: check the header and the untrusted tail only.
-		buf := make([]byte, segmentHeaderSize+size-trusted)
-		_, err := f.ReadAt(buf[:segmentHeaderSize], 0)
-		if err == nil {
-			_, err = f.ReadAt(buf[segmentHeaderSize:], segmentHeaderSize+trusted)
-		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			f.Close()
-			return 0, fmt.Errorf("wal: read segment %s: %w", name, err)
-		}
-		if err := checkSegmentHeader(buf, seg.first); err != nil {
-			f.Close()
-			return 0, fmt.Errorf("%w (segment %s)", err, name)
-		}
-		if validFrames(buf[segmentHeaderSize:]) == len(buf)-segmentHeaderSize {
-			f.Close()
-			return size, nil
-		}
-	}
-	b := make([]byte, st.Size())
-	_, err = f.ReadAt(b, 0)
-	f.Close()
-	if err != nil && !errors.Is(err, io.EOF) {
-		return 0, fmt.Errorf("wal: read segment %s: %w", name, err)
-	}
-	if err := checkSegmentHeader(b, seg.first); err != nil {
-		return 0, fmt.Errorf("%w (segment %s)", err, name)
-	}
-	frames := b[segmentHeaderSize:]
-	off := validFrames(frames)
-	if off == len(frames) {
-		return int64(off), nil
-	}
-	if _, _, fe := decodeFrame(frames[off:]); fe == frameBad && validFrameFollows(frames, off) && !tornSector(b, segmentHeaderSize+off) {
-		return 0, fmt.Errorf("%w: segment %s offset %d (lsn %d): bad record followed by valid ones",
-			ErrCorrupt, name, segmentHeaderSize+off, uint64(seg.first)+uint64(off))
-	}
-	logger.Warn("wal: truncating torn tail", "segment", name,
-		"offset", segmentHeaderSize+off, "dropped_bytes", len(frames)-off, "kept_as", name+brokenSuffix)
-	broken := fs.PathJoin(dir, name+brokenSuffix)
-	if _, err := fs.Stat(broken); err == nil {
-		if err := fs.Remove(broken); err != nil {
-			return 0, fmt.Errorf("wal: remove old %s: %w", broken, err)
-		}
-	}
-	if err := fs.Link(path, broken); err != nil {
-		// Write a copy: a vfs.File may scribble on the slice it is given,
-		// and b is written again below.
-		if err := writeFileAtomic(fs, dir, name+brokenSuffix, bytes.Clone(b)); err != nil {
-			return 0, fmt.Errorf("wal: keep %s: %w", broken, err)
-		}
-	}
-	if err := writeFileAtomic(fs, dir, name, b[:segmentHeaderSize+off]); err != nil {
-		return 0, fmt.Errorf("wal: truncate %s: %w", name, err)
-	}
-	return int64(off), nil
-}
-
-// sectorSize is the unit a disk writes atomically; unsynced pages can reach
-// the disk in any order, so a crash can leave whole zeroed sectors inside
-// the unsynced tail.
-const sectorSize = 512
-
-// validFrames returns the length of the run of whole, valid frames at the
-// start of frames.
-func validFrames(frames []byte) int {
-	off := 0
-	for off < len(frames) {
-		_, n, fe := decodeFrame(frames[off:])
-		if fe != frameOK {
-			break
-		}
-		off += n
-	}
-	return off
-}
-
-// tornSector reports whether the frame starting at file offset start (its
-// claimed extent, or to the end of the file) contains a whole, aligned,
-// all-zero sector: the mark of a write torn by a crash, not of a bit flip
-// (as etcd's WAL decides). A record with a zeroed sector followed by valid
-// records is a torn unsynced tail, and is cut like any torn tail.
-func tornSector(file []byte, start int) bool {
-	end := len(file)
-	if start+frameHeaderSize <= len(file) {
-		n := int(frameLen(file[start:]))
-		if n <= MaxPayload && start+frameHeaderSize+n < end {
-			end = start + frameHeaderSize + n
-		}
-	}
-	for sec := (start + sectorSize - 1) / sectorSize * sectorSize; sec+sectorSize <= end; sec += sectorSize {
-		if allZero(file[sec : sec+sectorSize]) {
-			return true
-		}
-	}
-	return false
-}
-
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// validFrameFollows reports whether the bad frame at off claims a length that
-// ends inside frames at the start of a valid frame: the mark of a damaged
-// record in the middle of the log rather than a torn write at its end.
-func validFrameFollows(frames []byte, off int) bool {
-	if len(frames)-off < frameHeaderSize {
-		return false
-	}
-	n := int(frameLen(frames[off:]))
-	next := off + frameHeaderSize + n
-	if n > MaxPayload || next >= len(frames) {
-		return false
-	}
-	_, _, fe := decodeFrame(frames[next:])
-	return fe == frameOK
 }
