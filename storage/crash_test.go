@@ -7,10 +7,12 @@ package storage
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -158,7 +160,33 @@ func (c *crashLog) seg(i int) wal.SegmentInfo {
 
 func (c *crashLog) pos(i int) (path string, off int64) {
 	seg := c.seg(i)
-	return eqDir + "/aof/" + seg.Name, 16 + int64(c.h.steps[i].start-seg.First)
+	path = eqDir + "/aof/" + seg.Name
+	off = walHeaderSize + int64(c.h.steps[i].start-seg.First)
+	if c.all != nil && isWalMark(c.file(path), off) {
+		off += int64(walMarkSize) // the step's record comes after a sync mark
+	}
+	return path, off
+}
+
+// file returns the bytes of path as the crash left them (every write).
+func (c *crashLog) file(path string) []byte {
+	b, err := c.all.UnsafeGetFileDataBuffer(path)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// The wal's format-2 layout, as the crash tests damage it: a 24-byte segment
+// header, then frames of a 13-byte header (crc 4, length 4, type 1, payload
+// crc 4) and the payload; a sync mark is a type-255 frame of 8 bytes.
+const (
+	walHeaderSize      = 24
+	walFrameHeaderSize = 13
+)
+
+func isWalMark(b []byte, off int64) bool {
+	return int64(len(b)) >= off+walFrameHeaderSize && b[off+8] == 0xff && binary.LittleEndian.Uint32(b[off+4:]) == 8
 }
 
 func (c *crashLog) lastPath() string { return eqDir + "/aof/" + c.segs[len(c.segs)-1].Name }
@@ -168,7 +196,7 @@ func (c *crashLog) flipPayloadBit(t *testing.T, fs vfs.FS, i int) {
 	path, off := c.pos(i)
 	b := readMemFile(t, fs, path)
 	st := c.h.steps[i]
-	b[off+9+int64(st.end-st.start-9)/2] ^= 0x10
+	b[off+walFrameHeaderSize+int64(st.end-st.start-walFrameHeaderSize-walMarkSize)/2] ^= 0x10
 	writeMemFile(t, fs, path, b)
 }
 
@@ -226,9 +254,35 @@ func testCrashTable(t *testing.T, sync wal.SyncPolicy) {
 			}},
 		{name: "flip-bit-in-last-record", all: true, survive: last, broken: true,
 			damage: func(t *testing.T, fs vfs.FS) { c.flipPayloadBit(t, fs, last) }},
-		{name: "flip-bit-mid-last-segment", all: true, survive: -1,
-			openErr: []string{c.segs[len(c.segs)-1].Name, fmt.Sprintf("offset %d", c.mustPos(c.tail+1))},
+		// Under SyncNever the tail was never fsynced: damage in it is a
+		// torn write, whatever follows. Under SyncAlways a sync mark after
+		// it says it was durable: corruption, refused.
+		{name: "flip-bit-mid-last-segment", all: true, survive: map[bool]int{true: -1, false: c.tail + 1}[sync == wal.SyncAlways],
+			broken:  sync != wal.SyncAlways,
+			openErr: []string{c.segs[len(c.segs)-1].Name, fmt.Sprintf("offset %d", c.mustPos(c.tail+1)), "not a torn write"},
 			damage:  func(t *testing.T, fs vfs.FS) { c.flipPayloadBit(t, fs, c.tail+1) }},
+		// The two cases the flat frame of format 1 took for a torn tail,
+		// losing acknowledged writes under always: a flipped bit in a
+		// record's length, and a run of zeros with records after it.
+		{name: "flip-length-bit-mid-last-segment", all: true, survive: map[bool]int{true: -1, false: c.tail + 1}[sync == wal.SyncAlways],
+			broken:  sync != wal.SyncAlways,
+			openErr: []string{c.segs[len(c.segs)-1].Name, fmt.Sprintf("offset %d", c.mustPos(c.tail+1)), "not a torn write"},
+			damage: func(t *testing.T, fs vfs.FS) {
+				path, off := c.pos(c.tail + 1)
+				b := readMemFile(t, fs, path)
+				b[off+5] ^= 0x02 // length bytes 4..8
+				writeMemFile(t, fs, path, b)
+			}},
+		{name: "zeros-mid-last-segment", all: true, survive: map[bool]int{true: -1, false: c.tail + 1}[sync == wal.SyncAlways],
+			broken:  sync != wal.SyncAlways,
+			openErr: []string{c.segs[len(c.segs)-1].Name, fmt.Sprintf("offset %d", c.mustPos(c.tail+1)), "not a torn write"},
+			damage: func(t *testing.T, fs vfs.FS) {
+				path, off := c.pos(c.tail + 1)
+				_, end := c.pos(c.tail + 2)
+				b := readMemFile(t, fs, path)
+				clear(b[off:end])
+				writeMemFile(t, fs, path, b)
+			}},
 		{name: "flip-bit-in-earlier-segment", survive: -1,
 			openErr: []string{c.segs[prev].Name, fmt.Sprintf("offset %d", c.mustPos(mid))},
 			damage:  func(t *testing.T, fs vfs.FS) { c.flipPayloadBit(t, fs, mid) }},
@@ -271,7 +325,8 @@ func testCrashTable(t *testing.T, sync wal.SyncPolicy) {
 			}
 			want := c.h.steps[tc.survive-1].end
 			m, _, _ := c.h.at(want)
-			if ri := s.RecoveryInfo(); ri.To != want || ri.From != 0 {
+			// The log may end with the sync mark before the torn record.
+			if ri := s.RecoveryInfo(); ri.To != want && ri.To != want+walMarkSize || ri.From != 0 {
 				t.Fatalf("recovered [%d, %d), want [0, %d): %d of %d records", ri.From, ri.To, want, tc.survive, n)
 			}
 			checkStore(t, s, m, c.queues)
@@ -689,4 +744,51 @@ func TestCheckpointReturnsWhenTheAOFFailsDuringItsFlush(t *testing.T) {
 		t.Errorf("regression: Checkpoint hangs in the index flush after the aof failed under it")
 	}
 	t.Logf("close: %v", s.Close())
+}
+
+// TestRefusedOpenLeavesTheDirectoryAlone: an AOF whose last segment lost
+// records the checkpointed index has applied is refused — and refused
+// before anything is touched. (Open used to cut the segment and keep the
+// original as .broken, and only then refuse because the index was ahead of
+// the log, leaving the directory changed by a start that did not happen.)
+func TestRefusedOpenLeavesTheDirectoryAlone(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	s := openCrash(t, fs, wal.SyncAlways)
+	g := newOpGen(5, s.NodeID())
+	h := newModelHistory(newJobModel(), 0)
+	noteOpen(h, s)
+	for range 40 {
+		modelDo(t, s, h, g.queuedJob(100))
+	}
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	applied := storeApplied(s)
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{}) // killed: no clean close
+	s.Close()
+	segs := s.log.Segments()
+	last := eqDir + "/aof/" + segs[len(segs)-1].Name
+	b := readMemFile(t, crashed, last)
+	cut := bytes.Clone(b[:len(b)-100]) // inside the last record, below the index's applied LSN
+	writeMemFile(t, crashed, last, bytes.Clone(cut)) // MemFS scribbles on what it is given in race builds
+	list := func() map[string]int64 {
+		out := map[string]int64{}
+		names, _ := crashed.List(eqDir + "/aof")
+		for _, n := range names {
+			st, _ := crashed.Stat(eqDir + "/aof/" + n)
+			out[n] = st.Size()
+		}
+		return out
+	}
+	before := list()
+	_, err := Open(eqDir, crashOpts(crashed, wal.SyncAlways))
+	if !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprint(applied)) {
+		t.Fatalf("Open: %v, want ErrCorrupt naming the index's applied lsn %d", err, applied)
+	}
+	if after := list(); !maps.Equal(before, after) {
+		t.Fatalf("a refused Open changed the aof directory: %v, was %v", after, before)
+	}
+	if got := readMemFile(t, crashed, last); !bytes.Equal(got, cut) {
+		t.Fatal("a refused Open changed the last segment")
+	}
 }

@@ -76,6 +76,9 @@ type CollectStats struct {
 	// tombstones every queue refill and timer load scans over until a
 	// compaction drops them. IndexCompactions counts CompactOrderIndex runs.
 	OrderDeletes, IndexCompactions int64
+	// MisplacedBodies counts jobs found referencing a body in a removed
+	// segment when their accounting changed: damage, logged when found.
+	MisplacedBodies int64
 }
 
 // RewriteResult tells what one RewriteSegment did.

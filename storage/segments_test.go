@@ -483,3 +483,50 @@ func TestRewriteStopsWhenCanceled(t *testing.T) {
 		t.Fatalf("rewrite after the canceled one: %+v, %v; want %d moved", res, err, first.LiveBodies)
 	}
 }
+
+// TestBodyInARemovedSegmentChargesNoOther: a job whose body lies in a
+// segment removed from the middle of the log (damage: the accounting says
+// no live body was there) is deleted without charging the segment before the
+// gap. The wal used to place such an LSN in that neighbour, whose live count
+// then dropped below its real bodies, so a checkpoint could delete it.
+func TestBodyInARemovedSegmentChargesNoOther(t *testing.T) {
+	s, err := Open(t.TempDir(), diskOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var jobs []*Job
+	for i := range 200 { // about three 64 KiB segments of live 1 KiB bodies
+		j := newTestJob(s.NodeID(), "q", uint64(1+i), 0)
+		if err := s.Add(j, kib(i)); err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+	segs := s.Stats().Segments
+	if len(segs) < 3 {
+		t.Fatalf("want 3 segments, got %d", len(segs))
+	}
+	// Remove the second segment behind the accounting's back.
+	if err := s.log.RemoveSegments([]wal.LSN{segs[1].First}); err != nil {
+		t.Fatal(err)
+	}
+	var victim *Job
+	for _, j := range jobs {
+		if j.BodyLSN >= segs[1].First && j.BodyLSN < segs[1].First+wal.LSN(segs[1].Size) {
+			victim = j
+			break
+		}
+	}
+	before := s.Stats().Segments[0].LiveBodies
+	if err := s.Delete(victim.ID); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if got := st.Segments[0].LiveBodies; got != before {
+		t.Fatalf("segment before the gap: %d live bodies after deleting a job of the removed one, was %d", got, before)
+	}
+	if st.Collect.MisplacedBodies != 1 {
+		t.Fatalf("MisplacedBodies = %d, want 1", st.Collect.MisplacedBodies)
+	}
+}

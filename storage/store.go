@@ -299,7 +299,7 @@ func (s *Store) replay() error {
 	// them). No other goroutine uses the store yet.
 	lastLog := time.Now()
 	n := 0
-	err := s.log.Replay(from, func(lsn wal.LSN, r wal.Record) error {
+	err := s.log.Replay(from, func(lsn, next wal.LSN, r wal.Record) error {
 		o, err := decodeOp(r.Type, r.Payload)
 		if err != nil {
 			return fmt.Errorf("storage: aof record at lsn %d: %w", lsn, err)
@@ -314,7 +314,7 @@ func (s *Store) replay() error {
 		if err != nil {
 			return fmt.Errorf("storage: replay lsn %d: %w", lsn, err)
 		}
-		s.applied = lsn + wal.FrameSize(len(r.Payload))
+		s.applied = next
 		n++
 		if len(s.buf.rangeDels) > 0 || s.buf.bytes >= 8*s.opts.WriteBufferSize {
 			if err := s.flushBufferLocked(); err != nil {
