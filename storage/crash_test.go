@@ -769,7 +769,7 @@ func TestRefusedOpenLeavesTheDirectoryAlone(t *testing.T) {
 	segs := s.log.Segments()
 	last := eqDir + "/aof/" + segs[len(segs)-1].Name
 	b := readMemFile(t, crashed, last)
-	cut := bytes.Clone(b[:len(b)-100]) // inside the last record, below the index's applied LSN
+	cut := bytes.Clone(b[:len(b)-100])               // inside the last record, below the index's applied LSN
 	writeMemFile(t, crashed, last, bytes.Clone(cut)) // MemFS scribbles on what it is given in race builds
 	list := func() map[string]int64 {
 		out := map[string]int64{}
