@@ -45,12 +45,11 @@ type Log struct {
 	syncWanted LSN // Sync callers want at least this much durable
 	// marked is the highest synced LSN a sync mark enqueued so far states.
 	marked LSN
-	// unsynced holds the bytes written since the last fsync that covered
-	// them — the log's own copy of [unsyncedFrom, written) — so that a
-	// failed fsync can be repaired by writing them again (Unsynced).
-	unsynced     []byte
-	unsyncedFrom LSN
-	err          error
+	// kept holds the bytes written since the last fsync that covered them
+	// — the log's own copy of [kept.from, written) — so that a failed fsync
+	// can be repaired by writing them again (Unsynced).
+	kept keptBytes
+	err  error
 	// syncFailed: the poisoning error was an fsync's (or a roll's), so the
 	// written bytes after synced may not be on disk whatever the page cache
 	// says.
@@ -141,7 +140,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	// Everything below tail is durable (Open fsynced it), and the first
 	// record appended says so with a mark.
 	l.marked = last.first
-	l.unsyncedFrom = l.tail
+	l.kept.from = l.tail
 
 	if opts.ReadOnly {
 		close(l.done)
@@ -515,7 +514,7 @@ func (l *Log) flushPending() {
 	// Past MaxUnsynced written bytes the writer fsyncs whatever the policy:
 	// it keeps them in memory until then (see Unsynced).
 	wantSync := l.opts.Sync == SyncAlways || l.syncWanted > l.synced ||
-		len(l.unsynced)+size > l.opts.MaxUnsynced
+		l.kept.n+size > l.opts.MaxUnsynced
 	activeFirst := l.segs[len(l.segs)-1].first
 	l.mu.Unlock()
 
@@ -526,12 +525,18 @@ func (l *Log) flushPending() {
 	// finish the old segment and start new ones.
 	var ends []segment
 	written := LSN(0)
-	// done is how many chunks were written whole.
-	done := 0
-	for _, c := range chunks {
+	// done is how many chunks were written whole; rolled is the last one
+	// that began a segment (the ones before it are durable: the roll
+	// fsynced their segment).
+	done, rolled := 0, 0
+	for i, c := range chunks {
 		if c.newSegment {
 			var synced bool
-			if synced, err = l.roll(c.first, c.salt); err != nil {
+			synced, err = l.roll(c.first, c.salt)
+			if synced {
+				rolled = i
+			}
+			if err != nil {
 				syncErr = !synced
 				break
 			}
@@ -575,16 +580,13 @@ func (l *Log) flushPending() {
 	switch {
 	case synced:
 		l.synced = l.written
-		l.unsynced, l.unsyncedFrom = l.unsynced[:0], l.written
+		l.kept.reset(l.written)
 	default:
 		// Keep what was written and is not known durable: the chunks
-		// written whole since the segment the log is in began (a roll
-		// fsynced the ones before).
-		for _, c := range chunks[:done] {
-			if c.newSegment {
-				l.unsynced, l.unsyncedFrom = l.unsynced[:0], c.first
-			}
-			l.unsynced = append(l.unsynced, c.data...)
+		// written whole since the last roll (which fsynced the ones before
+		// and reset what was kept).
+		for _, c := range chunks[min(rolled, done):done] {
+			l.kept.add(c.data)
 		}
 	}
 	for _, c := range chunks {
@@ -613,7 +615,7 @@ func (l *Log) roll(first LSN, salt uint64) (synced bool, err error) {
 	if first > l.synced {
 		l.synced = first
 	}
-	l.unsynced, l.unsyncedFrom = l.unsynced[:0], first
+	l.kept.reset(first)
 	l.mu.Unlock()
 	if err != nil {
 		return true, fmt.Errorf("wal: close segment: %w", err)
@@ -686,12 +688,8 @@ func (l *Log) syncInBackground(h *syncHandle) {
 	l.mu.Lock()
 	if target > l.synced {
 		l.synced = target
-		if target > l.unsyncedFrom {
-			// Bytes written while the fsync ran stay kept.
-			n := min(int(target-l.unsyncedFrom), len(l.unsynced))
-			l.unsynced = append(l.unsynced[:0], l.unsynced[n:]...)
-			l.unsyncedFrom += LSN(n)
-		}
+		l.kept.dropTo(target) // bytes written while the fsync ran stay kept
+
 	}
 	l.cond.Broadcast()
 	l.mu.Unlock()
@@ -707,38 +705,6 @@ func (l *Log) poison(err error, syncErr bool) {
 		l.opts.Logger.Error("wal: log poisoned", "err", err)
 	}
 	l.cond.Broadcast()
-}
-
-// Unsynced is what a log that failed kept of the bytes it had written since
-// its last successful fsync: give it to the next Open (Options.Rewrite) so
-// that they are on disk again before anything is built on them. After a
-// failed fsync the operating system may have dropped those pages while still
-// serving them from its cache, so the file cannot be trusted past Synced.
-type Unsynced struct {
-	// Segment is the first LSN of the segment they belong to.
-	Segment LSN
-	// Synced is the end of the durable prefix: the segment is cut there.
-	Synced LSN
-	// Data is the bytes to write again at Synced (nil: only cut). Under
-	// SyncAlways it is always nil: no write after the last fsync was
-	// acknowledged, so none is kept.
-	Data []byte
-}
-
-// Unsynced returns what must be written again after a failed fsync, or nil
-// if the log did not fail an fsync (then the file holds everything written).
-// Call it after Close.
-func (l *Log) Unsynced() *Unsynced {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.syncFailed {
-		return nil
-	}
-	u := &Unsynced{Segment: l.segs[len(l.segs)-1].first, Synced: l.synced}
-	if l.opts.Sync != SyncAlways && l.unsyncedFrom == l.synced && len(l.unsynced) > 0 {
-		u.Data = append([]byte(nil), l.unsynced...)
-	}
-	return u
 }
 
 // Close writes and fsyncs everything appended, then closes the files. It is

@@ -1,7 +1,9 @@
 package wal
 
 import (
+	"bytes"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -97,9 +99,44 @@ func TestMaxUnsyncedBoundsWhatIsKept(t *testing.T) {
 		t.Fatalf("durable %d of %d written with MaxUnsynced %d", d, end, opts.MaxUnsynced)
 	}
 	l.mu.Lock()
-	kept := len(l.unsynced)
+	kept := l.kept.n
 	l.mu.Unlock()
 	if kept > opts.MaxUnsynced+2048 {
 		t.Fatalf("%d bytes kept, MaxUnsynced %d", kept, opts.MaxUnsynced)
+	}
+}
+
+// TestKeptBytes checks keptBytes against a plain slice through random adds,
+// drops and resets that cross block boundaries.
+func TestKeptBytes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	var k keptBytes
+	var ref []byte
+	from := LSN(100)
+	k.reset(from)
+	for step := range 800 {
+		switch r := rng.IntN(10); {
+		case r < 6:
+			p := make([]byte, rng.IntN(keptBlockSize/2))
+			for i := range p {
+				p[i] = byte(step + i)
+			}
+			k.add(p)
+			ref = append(ref, p...)
+		case r < 9:
+			d := rng.IntN(len(ref) + 1)
+			k.dropTo(from + LSN(d))
+			ref, from = ref[d:], from+LSN(d)
+		default:
+			from += LSN(len(ref)) + 17
+			k.reset(from)
+			ref = nil
+		}
+		if k.from != from || k.n != len(ref) {
+			t.Fatalf("step %d: kept from %d n %d, want %d, %d", step, k.from, k.n, from, len(ref))
+		}
+		if step%50 == 0 && !bytes.Equal(k.bytes(), ref) {
+			t.Fatalf("step %d: kept bytes differ", step)
+		}
 	}
 }
