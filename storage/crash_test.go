@@ -792,3 +792,63 @@ func TestRefusedOpenLeavesTheDirectoryAlone(t *testing.T) {
 		t.Fatal("a refused Open changed the last segment")
 	}
 }
+
+// TestFailedFsyncLosesNothingAcknowledged is fsyncgate at the store: under
+// SyncNever (and everysec) an operation is acknowledged once written; an
+// fsync then fails, and the operating system drops those pages (a crash
+// clone keeps only what was synced) though it served them to the failed
+// store. Reopened with what the failed store kept (Store.Unsynced), the
+// store has every acknowledged operation; reopened without it, it would
+// have lost them — which the test checks too, to show what it guards.
+func TestFailedFsyncLosesNothingAcknowledged(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	var failing atomic.Bool
+	efs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failing.Load() && op.Kind == errorfs.OpFileSync && strings.HasSuffix(op.Path, ".wal") {
+			return errorfs.ErrInjected
+		}
+		return nil
+	}))
+	opts := crashOpts(efs, wal.SyncNever)
+	opts.SegmentSize = 1 << 20
+	s, err := Open(eqDir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newModelHistory(newJobModel(), 0)
+	noteOpen(h, s)
+	g := newOpGen(11, s.NodeID())
+	g.strict = true
+	for range 40 {
+		modelDo(t, s, h, g.op(h.cur))
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	durableModel := h.cur.clone()
+	for range 40 { // acknowledged, written, not yet fsynced
+		modelDo(t, s, h, g.op(h.cur))
+	}
+	acked := h.cur
+	failing.Store(true)
+	if err := s.Sync(); err == nil {
+		t.Fatal("Sync with a failing disk succeeded")
+	}
+	s.Close()
+	u := s.Unsynced()
+	if u == nil || len(u.Data) == 0 {
+		t.Fatalf("Unsynced() = %+v after a failed fsync with acknowledged writes after the last good one", u)
+	}
+	dropped := mem.CrashClone(vfs.CrashCloneCfg{}) // the pages the OS dropped are gone
+	without := openCrash(t, dropped.CrashClone(vfs.CrashCloneCfg{}), wal.SyncNever)
+	checkStore(t, without, durableModel, g.queues) // what a plain reopen would have served
+	without.Close()
+	ropts := crashOpts(dropped, wal.SyncNever)
+	ropts.Rewrite = u
+	s2, err := Open(eqDir, ropts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkStore(t, s2, acked, g.queues)
+	s2.Close()
+}

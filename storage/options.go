@@ -51,6 +51,11 @@ type Options struct {
 	CheckpointBytes int64
 	// Logger receives recovery progress and errors. Default slog.Default().
 	Logger *slog.Logger
+	// Rewrite is what a store that failed an fsync kept in memory
+	// (Store.Unsynced): Open writes it again before it recovers, so that
+	// nothing acknowledged is lost to pages the operating system dropped
+	// after the failed fsync (see wal.Options.Rewrite). Default nil.
+	Rewrite *wal.Unsynced
 }
 
 // DefaultOptions returns the options a server uses.
@@ -131,7 +136,7 @@ func (o *Options) Validate() error {
 }
 
 func (o *Options) walOptions() wal.Options {
-	w := wal.Options{FS: o.FS, SegmentSize: o.SegmentSize, Sync: o.Sync, Logger: o.Logger}
+	w := wal.Options{FS: o.FS, SegmentSize: o.SegmentSize, Sync: o.Sync, Logger: o.Logger, Rewrite: o.Rewrite}
 	w.EnsureDefaults()
 	return w
 }

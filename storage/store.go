@@ -343,6 +343,18 @@ func (s *Store) replay() error {
 	return nil
 }
 
+// Unsynced returns, after Close, what the store's AOF wrote since its last
+// successful fsync if an fsync failed (nil otherwise): pass it to the next
+// Open as Options.Rewrite. After a failed fsync the operating system may
+// have dropped those pages yet still serve them from its cache, so reopening
+// without it could build the index on records that are on no disk.
+func (s *Store) Unsynced() *wal.Unsynced {
+	if s.log == nil {
+		return nil
+	}
+	return s.log.Unsynced()
+}
+
 // RecoveryInfo tells what Open replayed.
 func (s *Store) RecoveryInfo() RecoveryInfo { return s.recoveryInfo }
 
