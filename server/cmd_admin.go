@@ -415,6 +415,13 @@ func storageInfo(st *storage.Store) []string {
 		fmt.Sprintf("index_write_buffer_bytes:%d", stats.WriteBufferBytes),
 		fmt.Sprintf("index_write_buffer_flushes:%d", stats.WriteBufferFlushes),
 		fmt.Sprintf("block_cache_hit_rate:%.3f", hitRate),
+		fmt.Sprintf("aof_verify:%s", stats.Verify.State),
+		fmt.Sprintf("aof_verify_segments:%d", stats.Verify.Segments),
+		fmt.Sprintf("aof_verify_segments_total:%d", stats.Verify.Total),
+		fmt.Sprintf("aof_verify_bytes:%d", stats.Verify.Bytes),
+		fmt.Sprintf("aof_verify_damaged_segments:%d", stats.Verify.Damaged),
+		fmt.Sprintf("aof_verify_last_damage:%s", oneLine(stats.Verify.LastDamage)),
+		fmt.Sprintf("index_misplaced_bodies:%d", stats.Collect.MisplacedBodies),
 	}
 }
 

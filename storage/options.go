@@ -51,6 +51,10 @@ type Options struct {
 	CheckpointBytes int64
 	// Logger receives recovery progress and errors. Default slog.Default().
 	Logger *slog.Logger
+	// VerifyRate bounds the bytes per second the background verification
+	// of the sealed AOF segments reads after Open (see verify.go). Default
+	// 32 MiB/s; negative disables it.
+	VerifyRate int64
 	// Rewrite is what a store that failed an fsync kept in memory
 	// (Store.Unsynced): Open writes it again before it recovers, so that
 	// nothing acknowledged is lost to pages the operating system dropped
@@ -77,6 +81,7 @@ func TestingOptions() Options {
 		JobCacheSize:       64,      // small, so tests run through evictions and the index
 		WriteBufferSize:    4 << 10, // small, so tests read through the buffer and Pebble
 		CheckpointInterval: -1,
+		VerifyRate:         -1, // tests that verify ask for it
 	}
 	o.EnsureDefaults()
 	return o
@@ -110,6 +115,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.CheckpointBytes == 0 {
 		o.CheckpointBytes = 64 << 20
+	}
+	if o.VerifyRate == 0 {
+		o.VerifyRate = 32 << 20
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -246,6 +246,8 @@ type Stats struct {
 	// since Open.
 	WriteBufferBytes   int64
 	WriteBufferFlushes int64
+	// Verify is the background verification of the sealed AOF segments.
+	Verify VerifyStats
 }
 
 // Stats returns the store's counters.
@@ -255,7 +257,7 @@ func (s *Store) Stats() Stats {
 	defer s.mu.Unlock()
 	st := Stats{Jobs: s.jobs, Queues: len(s.queued), Applied: s.applied, Collect: s.collected,
 		AOFEnd: s.log.End(), AOFFsyncs: s.log.Fsyncs(),
-		WriteBufferBytes: s.buf.bytes, WriteBufferFlushes: s.buf.flushes}
+		WriteBufferBytes: s.buf.bytes, WriteBufferFlushes: s.buf.flushes, Verify: s.verifyStats()}
 	for _, n := range s.queued {
 		st.Queued += n
 	}

@@ -9,8 +9,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/diskque/diskque/wal"
@@ -528,5 +530,53 @@ func TestBodyInARemovedSegmentChargesNoOther(t *testing.T) {
 	}
 	if st.Collect.MisplacedBodies != 1 {
 		t.Fatalf("MisplacedBodies = %d, want 1", st.Collect.MisplacedBodies)
+	}
+}
+
+// TestBackgroundVerifyFindsOldDamage: damage below the checkpoint, which
+// Open does not read, is found by the background verification after
+// start-up and reported in Stats (INFO), while the store keeps serving.
+func TestBackgroundVerifyFindsOldDamage(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, diskOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 { // about five 64 KiB segments of live 1 KiB bodies
+		if err := s.Add(newTestJob(s.NodeID(), "q", uint64(1+i), 0), kib(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs := s.Stats().Segments
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	victim := segs[1]
+	path := filepath.Join(dir, walDir, victim.Name)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x20
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts := diskOpts()
+	opts.VerifyRate = 1 << 30
+	s, err = Open(dir, opts)
+	if err != nil {
+		t.Fatalf("open with damage below the checkpoint: %v", err)
+	}
+	defer s.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	var v VerifyStats
+	for v = s.Stats().Verify; v.State != VerifyDone; v = s.Stats().Verify {
+		if time.Now().After(deadline) {
+			t.Fatalf("verification not done: %+v", v)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if v.Damaged != 1 || v.Segments != len(segs)-1 || !strings.Contains(v.LastDamage, victim.Name) {
+		t.Fatalf("verification %+v: want 1 damaged segment (%s) of %d", v, victim.Name, len(segs)-1)
 	}
 }

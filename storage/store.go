@@ -69,6 +69,7 @@ type Store struct {
 	ckptStop       chan struct{}
 	ckptDone       chan struct{}
 	recoveryInfo   RecoveryInfo
+	verify         verifier // the background verification, see verify.go
 }
 
 // segmentLive counts the bodies of one AOF segment still referenced by jobs.
@@ -129,6 +130,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	go s.checkpointLoop()
+	s.startVerify()
 	return s, nil
 }
 
@@ -597,6 +599,7 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	close(s.ckptStop)
 	<-s.ckptDone
+	s.stopVerify()
 	var errs []error
 	if failed == nil {
 		errs = append(errs, s.Checkpoint())

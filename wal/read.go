@@ -3,12 +3,14 @@ package wal
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/diskque/diskque/internal/durable"
@@ -324,9 +326,74 @@ func (l *Log) Replay(from LSN, fn func(lsn, end LSN, r Record) error) error {
 	return nil
 }
 
+// VerifySegmentPaced is VerifySegment reading at most bytesPerSec (0: no
+// bound), so a background check of a large log does not take the disk from
+// the server; it stops with ctx's error when ctx is done.
+func (l *Log) VerifySegmentPaced(ctx context.Context, first LSN, bytesPerSec int64) error {
+	l.mu.Lock()
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first >= first })
+	if i == len(l.segs) || l.segs[i].first != first {
+		l.mu.Unlock()
+		return fmt.Errorf("%w: no segment %s", ErrNotFound, segmentName(first))
+	}
+	seg := l.segs[i]
+	end := min(seg.end(), l.written)
+	l.mu.Unlock()
+	p := &pacer{ctx: ctx, rate: bytesPerSec, start: time.Now()}
+	return l.replaySegmentPaced(seg, seg.first, end, p, func(LSN, LSN, Record) error { return nil })
+}
+
+// pacer holds reads to a rate, sleeping between them.
+type pacer struct {
+	ctx   context.Context
+	rate  int64 // bytes per second; 0: no bound
+	start time.Time
+	read  int64
+}
+
+// wait accounts n bytes read and sleeps until the rate allows the next.
+func (p *pacer) wait(n int) error {
+	if err := p.ctx.Err(); err != nil {
+		return err
+	}
+	p.read += int64(n)
+	if p.rate <= 0 {
+		return nil
+	}
+	due := time.Duration(float64(p.read) / float64(p.rate) * float64(time.Second))
+	if d := due - time.Since(p.start); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-p.ctx.Done():
+			return p.ctx.Err()
+		}
+	}
+	return nil
+}
+
+// pacedReader reads through a pacer.
+type pacedReader struct {
+	r io.Reader
+	p *pacer
+}
+
+func (r pacedReader) Read(b []byte) (int, error) {
+	n, err := r.r.Read(b)
+	if perr := r.p.wait(n); perr != nil && err == nil {
+		err = perr
+	}
+	return n, err
+}
+
 // replaySegment reads the frames of seg in [start, stop) in order and calls
 // fn for each record (not for sync marks).
 func (l *Log) replaySegment(seg segment, start, stop LSN, fn func(lsn, end LSN, r Record) error) error {
+	return l.replaySegmentPaced(seg, start, stop, nil, fn)
+}
+
+func (l *Log) replaySegmentPaced(seg segment, start, stop LSN, p *pacer, fn func(lsn, end LSN, r Record) error) error {
 	if start >= stop {
 		return nil
 	}
@@ -338,12 +405,22 @@ func (l *Log) replaySegment(seg segment, start, stop LSN, fn func(lsn, end LSN, 
 		return fmt.Errorf("wal: open segment %s: %w", segmentName(seg.first), err)
 	}
 	defer f.Close()
-	br := bufio.NewReaderSize(io.NewSectionReader(f, seg.fileOffset(start), int64(stop-start)), 1<<20)
+	var src io.Reader = io.NewSectionReader(f, seg.fileOffset(start), int64(stop-start))
+	if p != nil {
+		src = pacedReader{r: src, p: p}
+	}
+	br := bufio.NewReaderSize(src, 1<<20)
 	hdrSize := int64(seg.frameHeader())
 	hdr := make([]byte, hdrSize)
 	var buf []byte
 	for lsn := start; lsn < stop; {
+		if p != nil && p.ctx.Err() != nil {
+			return p.ctx.Err()
+		}
 		if _, err := io.ReadFull(br, hdr); err != nil {
+			if p != nil && p.ctx.Err() != nil {
+				return p.ctx.Err()
+			}
 			return l.corruptAt(seg, lsn, fmt.Errorf("short header: %v", err))
 		}
 		n := seg.payloadLen(hdr)
@@ -356,6 +433,9 @@ func (l *Log) replaySegment(seg segment, start, stop LSN, fn func(lsn, end LSN, 
 		buf = buf[:hdrSize+n]
 		copy(buf, hdr)
 		if _, err := io.ReadFull(br, buf[hdrSize:]); err != nil {
+			if p != nil && p.ctx.Err() != nil {
+				return p.ctx.Err()
+			}
 			return l.corruptAt(seg, lsn, fmt.Errorf("short payload: %v", err))
 		}
 		r, size, fe := seg.decode(buf, lsn)

@@ -2,8 +2,10 @@ package wal
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -232,5 +234,37 @@ func TestReadOnlyOpenChangesNothing(t *testing.T) {
 	}
 	if got := readFile(t, fs, c.lastPath()); !bytes.Equal(got, torn) {
 		t.Fatal("a read-only Open changed the last segment")
+	}
+}
+
+// TestVerifySegmentPaced: a paced verification reads no faster than asked
+// (it may be slower on a busy machine: only the lower bound is checked),
+// finds damage like Verify, and stops when its context is canceled.
+func TestVerifySegmentPaced(t *testing.T) {
+	opts := TestingOptions()
+	opts.SegmentSize = 1 << 20
+	l, err := Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	recs := appendRecs(t, l, 0, 3000) // about 220 KiB
+	seg := l.Segments()[0]
+	start := time.Now()
+	if err := l.VerifySegmentPaced(context.Background(), seg.First, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if min := time.Duration(float64(seg.Size) / (1 << 20) * float64(time.Second)); time.Since(start) < min*9/10 {
+		t.Fatalf("verified %d bytes in %v at 1 MiB/s, want at least %v", seg.Size, time.Since(start), min)
+	}
+	b, _ := opts.FS.(*vfs.MemFS).UnsafeGetFileDataBuffer("db/" + seg.Name)
+	b[segmentHeaderSize+int(recs[2000].lsn)+frameHeaderSize+3] ^= 1
+	if err := l.VerifySegmentPaced(context.Background(), seg.First, 0); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("paced verify of a damaged segment: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.VerifySegmentPaced(ctx, seg.First, 1<<10); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled verify: %v", err)
 	}
 }
