@@ -163,3 +163,53 @@ func TestDamageBelowTheCheckpointIsLeftToVerify(t *testing.T) {
 	}
 	checkLog(t, l, recs[11].lsn, recs[11:])
 }
+
+// TestRepairSegmentKeepsWhatFollowsTheDamage: a segment refused for damage
+// in its durable part is repaired in place — the damaged span becomes a
+// filler frame — and then opens with every other record where it was; the
+// original is kept as .broken.
+func TestRepairSegmentKeepsWhatFollowsTheDamage(t *testing.T) {
+	fs, recs := syncedLog(t, 60)
+	path := crashDir + "/" + segmentName(0)
+	b, _ := fs.UnsafeGetFileDataBuffer(path)
+	b[segmentHeaderSize+int(recs[20].lsn)+5] ^= 0x08                 // record 20's length
+	b[segmentHeaderSize+int(recs[40].lsn)+frameHeaderSize+2] ^= 0x01 // record 40's payload
+	damaged := bytes.Clone(b)
+	if _, err := Open(crashDir, crashOpts(fs, SyncAlways)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Open: %v, want ErrCorrupt", err)
+	}
+	rep, err := RepairSegment(fs, crashDir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Damage) != 2 || rep.Damage[0].LSN != recs[20].lsn || rep.Damage[1].LSN != recs[40].lsn || rep.Records != 58 {
+		t.Fatalf("repair report %+v: want 2 spans at records 20 and 40, 58 records", rep)
+	}
+	if got := readFile(t, fs, path+brokenSuffix); !bytes.Equal(got, damaged) {
+		t.Fatal(".broken does not hold the damaged original")
+	}
+	l, err := Open(crashDir, crashOpts(fs, SyncAlways))
+	if err != nil {
+		t.Fatalf("Open after the repair: %v", err)
+	}
+	defer l.Close()
+	var want []rec
+	for i, r := range recs {
+		if i != 20 && i != 40 {
+			want = append(want, r)
+		}
+	}
+	n := 0
+	if err := l.Replay(0, func(lsn, _ LSN, r Record) error {
+		if lsn != want[n].lsn || !bytes.Equal(r.Payload, want[n].payload) {
+			return fmt.Errorf("record %d at %d, want %d", n, lsn, want[n].lsn)
+		}
+		n++
+		return nil
+	}); err != nil || n != len(want) {
+		t.Fatalf("replay after the repair: %d records, %v", n, err)
+	}
+	if err := l.Verify(); err != nil {
+		t.Fatal(err)
+	}
+}

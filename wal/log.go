@@ -69,6 +69,8 @@ type Log struct {
 	active vfs.File
 
 	readers readerCache
+	// tail0 is what a read-only Open found at the end of the last segment.
+	tail0 TailState
 
 	// fsyncs counts the fsyncs of segments (metrics).
 	fsyncs atomic.Int64
@@ -157,6 +159,18 @@ func Open(dir string, opts Options) (*Log, error) {
 	return l, nil
 }
 
+// TailState is what a read-only Open found at the end of the last segment
+// and left as it is: a torn tail (which a read-write Open would cut), or
+// damage in its durable part (which a read-write Open refuses; the whole
+// segment is then shown).
+type TailState struct {
+	TornOffset, TornBytes int64
+	Damage                *DamageError
+}
+
+// Tail returns what a read-only Open found at the end of the log.
+func (l *Log) Tail() TailState { return l.tail0 }
+
 // closedWriter makes a read-only log refuse writes.
 func (l *Log) closedWriter() { l.err = ErrReadOnly }
 
@@ -201,14 +215,22 @@ func (l *Log) recover(segs []segment, stale []string) ([]segment, error) {
 		*last = seg
 	}
 	plan, err := planTail(fs, dir, *last, opts.Checkpoint)
+	var de *DamageError
+	if opts.ReadOnly && errors.As(err, &de) {
+		// Read-only: report it, and show the whole segment to whoever
+		// checks it.
+		l.tail0 = TailState{Damage: de}
+		return segs, nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	if opts.ReadOnly {
 		last.size = plan.keep
 		if plan.torn() {
+			l.tail0 = TailState{TornOffset: last.fileOffset(last.first + LSN(plan.keep)), TornBytes: plan.size - plan.keep}
 			opts.Logger.Warn("wal: torn tail (read-only: left as it is)", "segment", segmentName(last.first),
-				"offset", last.fileOffset(last.first+LSN(plan.keep)), "torn_bytes", plan.size-plan.keep)
+				"offset", l.tail0.TornOffset, "torn_bytes", l.tail0.TornBytes)
 		}
 		return segs, nil
 	}

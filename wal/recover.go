@@ -184,6 +184,11 @@ type frameScan struct {
 	recordsAfter int
 	bytesAfter   int64
 	lastEnd      int64
+	// spans are the damaged byte ranges [start, end): from each frame that
+	// does not decode to the next valid frame (or the end of b).
+	spans [][2]int64
+	// records counts the valid records (not marks) in b.
+	records int
 }
 
 // scanFrames walks b, the frames of seg from LSN at on, and past the first
@@ -207,9 +212,12 @@ func scanFrames(b []byte, seg segment, at LSN) frameScan {
 				if s, ok := markSynced(r); ok {
 					sc.marked = max(sc.marked, s)
 				}
-			} else if counting {
-				sc.recordsAfter++
-				sc.bytesAfter += int64(n)
+			} else {
+				sc.records++
+				if counting {
+					sc.recordsAfter++
+					sc.bytesAfter += int64(n)
+				}
 			}
 			off += int64(n)
 			if counting {
@@ -226,13 +234,18 @@ func scanFrames(b []byte, seg segment, at LSN) frameScan {
 	for {
 		next := nextFrame(b, off+1, seg, at)
 		if next < 0 {
+			sc.spans = append(sc.spans, [2]int64{off, int64(len(b))})
 			return sc
 		}
+		sc.spans = append(sc.spans, [2]int64{off, next})
 		if sc.resume < 0 {
 			sc.resume = next
 		}
 		off = next
 		walk(true)
+		if off == int64(len(b)) {
+			return sc
+		}
 	}
 }
 

@@ -68,6 +68,7 @@ func defaultConfig() config {
 }
 
 const usage = `usage: diskque-server [config-file] [--directive value ...]
+       diskque-server check --dir PATH [--repair]   (verify a data directory; see check --help)
 
 Directives (in the config file as "directive value", or as --directive value):
   port N                        TCP port (default 7711)

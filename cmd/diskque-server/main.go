@@ -21,9 +21,13 @@ import (
 	"github.com/diskque/diskque/gc"
 	"github.com/diskque/diskque/server"
 	"github.com/diskque/diskque/storage"
+	"github.com/diskque/diskque/wal"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "check" {
+		os.Exit(runCheck(os.Args[2:], os.Stdout))
+	}
 	cfg, err := parseArgs(os.Args[1:])
 	if errors.Is(err, errHelp) {
 		fmt.Print(usage)
@@ -43,6 +47,11 @@ func main() {
 	}
 	if err := run(cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "diskque-server: %v\n", err)
+		if errors.Is(err, wal.ErrCorrupt) {
+			fmt.Fprintf(os.Stderr, "\nTo see what is damaged and which jobs it holds: diskque-server check --dir %s\n"+
+				"To drop only the damaged records and keep every other one: diskque-server check --dir %s --repair\n"+
+				"(or restore the named segment from a backup).\n", cfg.Dir, cfg.Dir)
+		}
 		os.Exit(1)
 	}
 }

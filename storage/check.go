@@ -1,0 +1,406 @@
+package storage
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/diskque/diskque/wal"
+)
+
+// Check verifies a store's directory offline, without changing anything:
+// every AOF record's checksums (every damaged span, not only the first),
+// and the index on disk against the AOF and against itself — every job's
+// body is the ADD or MOVE record of that job, every queued job has its
+// queue-order key and every such key a queued job, every schedule key is an
+// event of its job and every event has its key, and the derived counters
+// (queued per queue, live bodies per segment, jobs) are what the jobs add
+// up to. The index is checked as of its applied LSN; the AOF records after
+// it (replayed at the next start) are checked for damage only.
+
+// CheckReport is what Check found.
+type CheckReport struct {
+	// The AOF.
+	Segments int
+	AOFBytes int64
+	Records  int
+	// Damage lists the AOF's damaged spans, with the jobs whose bodies
+	// they hold.
+	Damage []DamagedSpan
+	// Tail is the end of the last segment as the next start will find it:
+	// a torn tail it will cut, or damage it will refuse to start on.
+	Tail wal.TailState
+	// The index: its applied LSN, the AOF's end, and what it holds.
+	Applied, AOFEnd wal.LSN
+	Jobs, Queued    int64
+	Queues          int
+	NodeID          string
+	// Problems are the index's inconsistencies, one line each (at most
+	// maxCheckProblems; ProblemCount counts them all).
+	Problems     []string
+	ProblemCount int
+	Took         time.Duration
+}
+
+// DamagedSpan is one damaged span of the AOF and the jobs it holds the body
+// of (their bodies cannot be read).
+type DamagedSpan struct {
+	Segment string
+	wal.Damage
+	Repairable bool
+	Jobs       []string
+}
+
+// OK reports whether Check found nothing wrong. A torn tail is not wrong:
+// it is what a crash leaves, and the next start cuts it.
+func (r *CheckReport) OK() bool { return len(r.Damage) == 0 && r.ProblemCount == 0 }
+
+const maxCheckProblems = 50
+
+func (r *CheckReport) problem(format string, args ...any) {
+	r.ProblemCount++
+	if len(r.Problems) < maxCheckProblems {
+		r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+	}
+}
+
+// Check verifies the store in dir (see above). It takes the directory's
+// lock, so it refuses while a server uses it. An error means it could not
+// check; what it found wrong is in the report.
+func Check(dir string, opts Options) (*CheckReport, error) {
+	opts.EnsureDefaults()
+	start := time.Now()
+	fs := opts.FS
+	lock, err := fs.Lock(fs.PathJoin(dir, lockFile))
+	if err != nil {
+		return nil, fmt.Errorf("storage: lock %s (is a server using it? stop it first): %w", dir, err)
+	}
+	defer lock.Close()
+	db, err := pebble.Open(fs.PathJoin(dir, indexDir), &pebble.Options{
+		FS: fs, ReadOnly: true, DisableWAL: true, Logger: pebbleLogger{l: slog.New(slog.DiscardHandler)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storage: open the index read-only: %w", err)
+	}
+	defer db.Close()
+	c := &checker{db: db, rep: &CheckReport{}}
+	if err := c.meta(); err != nil {
+		return nil, err
+	}
+	wopts := opts.walOptions()
+	wopts.ReadOnly, wopts.Checkpoint = true, c.rep.Applied
+	log, err := wal.Open(fs.PathJoin(dir, walDir), wopts)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	c.log = log
+	c.rep.Tail = log.Tail()
+	if err := c.aof(); err != nil {
+		return nil, err
+	}
+	if err := c.index(); err != nil {
+		return nil, err
+	}
+	c.rep.Took = time.Since(start)
+	return c.rep, nil
+}
+
+type checker struct {
+	db   *pebble.DB
+	log  *wal.Log
+	rep  *CheckReport
+	self []string
+	// spans are the damaged spans, in the order of rep.Damage.
+	spans []wal.Damage
+}
+
+func (c *checker) get(key []byte) ([]byte, error) {
+	v, closer, err := c.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storage: read the index: %w", err)
+	}
+	defer closer.Close()
+	return bytes.Clone(v), nil
+}
+
+func (c *checker) meta() error {
+	v, err := c.get(keyFormat)
+	if err != nil {
+		return err
+	}
+	if ver, _ := binary.Uvarint(v); v != nil && ver != formatVersion && ver != 1 {
+		return fmt.Errorf("storage: index format %d, this build reads 1 and %d", ver, formatVersion)
+	}
+	if v, err = c.get(keyState); err != nil {
+		return err
+	}
+	if v != nil {
+		if c.rep.Applied, c.rep.Jobs, err = decodeState(v); err != nil {
+			c.rep.problem("the index's state key does not decode: %v", err)
+		}
+	}
+	if v, err = c.get(keyNodeID); err != nil {
+		return err
+	}
+	c.rep.NodeID = string(v)
+	if len(v) > 0 {
+		c.self = []string{string(v)}
+	}
+	return nil
+}
+
+// aof checks every segment whole.
+func (c *checker) aof() error {
+	segs := c.log.Segments()
+	c.rep.Segments, c.rep.AOFEnd = len(segs), c.log.End()
+	for _, seg := range segs {
+		sr, err := c.log.CheckSegment(seg.First)
+		if err != nil {
+			return err
+		}
+		c.rep.AOFBytes += seg.Size
+		c.rep.Records += sr.Records
+		for _, d := range sr.Damage {
+			c.rep.Damage = append(c.rep.Damage, DamagedSpan{Segment: seg.Name, Damage: d, Repairable: sr.Repairable})
+			c.spans = append(c.spans, d)
+		}
+	}
+	if c.rep.Applied > c.rep.AOFEnd {
+		c.rep.problem("the index has applied the aof up to lsn %d, but the aof ends at %d", c.rep.Applied, c.rep.AOFEnd)
+	}
+	return nil
+}
+
+// damagedSpan returns the index of the damaged span holding lsn, or -1.
+func (c *checker) damagedSpan(lsn wal.LSN) int {
+	for i, d := range c.spans {
+		if lsn >= d.LSN && lsn < d.LSN+wal.LSN(d.Len) {
+			return i
+		}
+	}
+	return -1
+}
+
+// index walks the index's keys family by family.
+func (c *checker) index() error {
+	queued := map[string]int64{}
+	live := map[wal.LSN][2]int64{} // segment → bodies, bytes
+	var jobs, nEvents int64
+	var bodies []*Job
+	flush := func() {
+		c.bodies(bodies)
+		bodies = bodies[:0]
+	}
+	err := c.scan(prefixJob, func(k, v []byte) error {
+		id := string(k[1:])
+		j, err := decodeJob(id, v, c.self)
+		if err != nil {
+			c.rep.problem("job %s: its index value does not decode: %v", id, err)
+			return nil
+		}
+		jobs++
+		if j.State == StateQueued {
+			queued[j.Queue]++
+		}
+		_, n := events(j)
+		nEvents += int64(n)
+		seg, ok := c.log.SegmentOf(j.BodyLSN)
+		if !ok {
+			c.rep.problem("job %s: its body (lsn %d) is in no segment of the aof", id, j.BodyLSN)
+			return nil
+		}
+		l := live[seg]
+		live[seg] = [2]int64{l[0] + 1, l[1] + int64(j.StoredSize)}
+		if bodies = append(bodies, j); len(bodies) == 1024 {
+			flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	flush()
+	if jobs != c.rep.Jobs {
+		c.rep.problem("the index counts %d jobs but holds %d", c.rep.Jobs, jobs)
+	}
+	c.rep.Jobs = jobs
+	// Every queue-order key is a queued job's, at its place and with its
+	// value; with as many keys as queued jobs, every queued job has one.
+	var qkeys int64
+	err = c.scan(prefixQueue, func(k, v []byte) error {
+		qkeys++
+		ctime, id, err := parseQueueKey(k)
+		if err != nil {
+			c.rep.problem("queue-order key %q does not parse", k)
+			return nil
+		}
+		j, err := c.job(id)
+		switch {
+		case err != nil:
+			c.rep.problem("queue-order key of %s: %v", id, err)
+		case j == nil:
+			c.rep.problem("queue-order key of %s, which is not in the index", id)
+		case j.State != StateQueued || j.Ctime != ctime || !bytes.Equal(k, queueKey(j.Queue, j.Ctime, id)):
+			c.rep.problem("queue-order key of %s, which is %s in queue %q at ctime %d", id, j.State, j.Queue, j.Ctime)
+		case len(v) > 0:
+			if qj, err := decodeJob(id, v, c.self); err != nil || !sameJob(qj, j) {
+				c.rep.problem("queue-order key of %s holds another state of the job than its job key", id)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var nqueued int64
+	for _, n := range queued {
+		nqueued += n
+	}
+	if qkeys != nqueued {
+		c.rep.problem("%d queue-order keys for %d queued jobs", qkeys, nqueued)
+	}
+	c.rep.Queued, c.rep.Queues = nqueued, len(queued)
+	var skeys int64
+	err = c.scan(prefixSchedule, func(k, _ []byte) error {
+		skeys++
+		e, err := parseScheduleKey(k)
+		if err != nil {
+			c.rep.problem("schedule key %q does not parse", k)
+			return nil
+		}
+		j, err := c.job(e.ID)
+		if err != nil || j == nil {
+			c.rep.problem("schedule key %s %d of %s, which is not in the index (%v)", e.Kind, e.Due, e.ID, err)
+			return nil
+		}
+		evs, n := events(j)
+		if !containsEvent(evs[:n], e) {
+			c.rep.problem("schedule key %s %d of %s, which is not one of its events", e.Kind, e.Due, e.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if skeys != nEvents {
+		c.rep.problem("%d schedule keys for %d events of the jobs", skeys, nEvents)
+	}
+	counted := map[string]int64{}
+	err = c.scan(prefixCount, func(k, v []byte) error {
+		n, _ := binary.Uvarint(v)
+		counted[string(k[1:])] = int64(n)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, q := range sortedKeys(queued, counted) {
+		if queued[q] != counted[q] {
+			c.rep.problem("queue %q: the index counts %d queued jobs, the jobs say %d", q, counted[q], queued[q])
+		}
+	}
+	err = c.scan(prefixSegment, func(k, v []byte) error {
+		if len(k) != 9 {
+			c.rep.problem("malformed segment accounting key %x", k)
+			return nil
+		}
+		seg := wal.LSN(binary.BigEndian.Uint64(k[1:]))
+		d := decoder{b: v}
+		got := [2]int64{int64(d.uvarint()), int64(d.uvarint())}
+		if want := live[seg]; got != want {
+			c.rep.problem("segment %016x: the index counts %d live bodies (%d bytes), the jobs say %d (%d bytes)",
+				uint64(seg), got[0], got[1], want[0], want[1])
+		}
+		delete(live, seg)
+		return nil
+	})
+	for seg, l := range live {
+		c.rep.problem("segment %016x: the jobs say it holds %d live bodies, the index counts none", uint64(seg), l[0])
+	}
+	return err
+}
+
+// bodies checks that each job's body record is readable and is the job's.
+func (c *checker) bodies(jobs []*Job) {
+	if len(jobs) == 0 {
+		return
+	}
+	slices.SortFunc(jobs, func(a, b *Job) int { return cmp.Compare(a.BodyLSN, b.BodyLSN) })
+	lsns := make([]wal.LSN, len(jobs))
+	hints := make([]int, len(jobs))
+	for i, j := range jobs {
+		lsns[i], hints[i] = j.BodyLSN, bodyRecordHint(j)
+	}
+	recs, errs := c.log.ReadEach(lsns, hints)
+	for i, j := range jobs {
+		err := errs[i]
+		if err == nil {
+			_, err = bodyOf(j, recs[i])
+		}
+		if err == nil {
+			continue
+		}
+		if k := c.damagedSpan(j.BodyLSN); k >= 0 {
+			c.rep.Damage[k].Jobs = append(c.rep.Damage[k].Jobs, j.ID)
+			continue
+		}
+		c.rep.problem("job %s: its body at lsn %d cannot be read: %v", j.ID, j.BodyLSN, err)
+	}
+}
+
+func (c *checker) job(id string) (*Job, error) {
+	v, err := c.get(jobKey(id))
+	if err != nil || v == nil {
+		return nil, err
+	}
+	return decodeJob(id, v, c.self)
+}
+
+// scan calls fn for every key with the one-byte prefix p.
+func (c *checker) scan(p byte, fn func(k, v []byte) error) error {
+	it, err := c.db.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: []byte{p + 1}})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := fn(it.Key(), it.Value()); err != nil {
+			it.Close()
+			return err
+		}
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return fmt.Errorf("storage: read the index: %w", err)
+	}
+	return nil
+}
+
+// sameJob compares the fields a queue-order key's copy must share with the
+// job key.
+func sameJob(a, b *Job) bool {
+	return a.State == b.State && a.Queue == b.Queue && a.Ctime == b.Ctime && a.BodyLSN == b.BodyLSN &&
+		a.Deliveries == b.Deliveries && a.Nacks == b.Nacks && a.QueueTime == b.QueueTime
+}
+
+func sortedKeys(a, b map[string]int64) []string {
+	var out []string
+	for k := range a {
+		out = append(out, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

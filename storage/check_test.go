@@ -1,0 +1,180 @@
+package storage
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/wal"
+)
+
+// checkFill gives a store on the real filesystem the states Check must
+// accept: queued, delayed, delivered, acked and deleted jobs, a paused
+// queue, bodies moved by a rewrite and segments removed.
+func checkFill(t *testing.T, s *Store) (kept []*Job) {
+	t.Helper()
+	churn(t, s, 200)
+	for i := range 300 {
+		j := newTestJob(s.NodeID(), []string{"a", "b", "c"}[i%3], uint64(5000+i), 0)
+		if i%5 == 0 {
+			j.State, j.AwakeTime = StateActive, 1<<50 // delayed
+		}
+		if err := s.Add(j, kib(i)); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case i%7 == 1 && j.State == StateQueued:
+			if _, err := s.Deliver(j.ID, 1<<49); err != nil {
+				t.Fatal(err)
+			}
+		case i%7 == 2:
+			if err := s.Delete(j.ID); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		kept = append(kept, j)
+	}
+	if err := s.Pause("b", PauseIn); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RewriteSegment(context.Background(), s.Stats().Segments[0].First); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	return kept
+}
+
+// TestCheckAcceptsAHealthyStore: after a clean close and after a kill (the
+// index on disk is the last checkpoint's, the AOF has a tail after it), Check
+// finds nothing wrong and counts what the store held.
+func TestCheckAcceptsAHealthyStore(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, diskOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFill(t, s)
+	st := s.Stats()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Check(dir, diskOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Jobs != st.Jobs || rep.Queued != st.Queued || rep.Segments != len(st.Segments) {
+		t.Fatalf("check of a healthy store: %+v; the store said jobs %d queued %d segments %d", rep, st.Jobs, st.Queued, len(st.Segments))
+	}
+}
+
+// TestCheckFindsDamageAndInconsistencies: a damaged body in a sealed segment
+// is reported with the job it belonged to; an index key out of line with
+// the jobs is a problem; a store in use is refused.
+func TestCheckFindsDamageAndInconsistencies(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, diskOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := checkFill(t, s)
+	if _, err := Check(dir, diskOpts()); err == nil || !strings.Contains(err.Error(), "stop it first") {
+		t.Fatalf("check of a store in use: %v", err)
+	}
+	var victim *Job
+	segs := s.Stats().Segments
+	for _, j := range kept {
+		cur, err := s.Job(j.ID)
+		if err == nil && cur.BodyLSN >= segs[1].First && cur.BodyLSN < segs[1].First+wal.LSN(segs[1].Size) {
+			victim = cur
+			break
+		}
+	}
+	if victim == nil {
+		t.Fatal("no live job in the second segment")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, walDir, segs[1].Name)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[24+int64(victim.BodyLSN-segs[1].First)+13+60] ^= 0x04 // inside its ADD record
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// And one counter off.
+	db, err := pebble.Open(filepath.Join(dir, indexDir), &pebble.Options{FS: vfs.Default, DisableWAL: true,
+		Logger: pebbleLogger{l: slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Set(countKey("a"), []byte{0x7f}, pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Check(dir, diskOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK() || len(rep.Damage) != 1 || rep.Damage[0].Segment != segs[1].Name {
+		t.Fatalf("damage %+v: want one span in %s", rep.Damage, segs[1].Name)
+	}
+	found := false
+	for _, id := range rep.Damage[0].Jobs {
+		found = found || id == victim.ID
+	}
+	if !found {
+		t.Fatalf("the damaged span's jobs %v do not name %s", rep.Damage[0].Jobs, victim.ID)
+	}
+	if rep.ProblemCount != 1 || !strings.Contains(rep.Problems[0], `queue "a"`) {
+		t.Fatalf("problems %v: want the one counter", rep.Problems)
+	}
+}
+
+// TestCheckAcceptsAKilledStore: killed after its last checkpoint, a store's
+// index on disk lags the AOF; Check checks it as of its applied LSN and
+// finds nothing wrong.
+func TestCheckAcceptsAKilledStore(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	opts := crashOpts(fs, wal.SyncAlways)
+	s, err := Open(eqDir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkFill(t, s)
+	churn(t, s, 50) // after the last checkpoint
+	for i := range 20 {
+		if err := s.Add(newTestJob(s.NodeID(), "tail", uint64(9000+i), 0), kib(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	killed := fs.CrashClone(vfs.CrashCloneCfg{})
+	kopts := opts
+	kopts.FS = killed
+	rep, err := Check(eqDir, kopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Applied >= rep.AOFEnd {
+		t.Fatalf("check of a killed store: %+v (want OK, with a tail after the applied lsn)", rep)
+	}
+}
