@@ -38,6 +38,12 @@
 // restart replays a short tail whatever the number of jobs. Close
 // checkpoints, so a clean restart replays nothing.
 //
+// Open reads only the AOF tail the index has not applied. The sealed
+// segments are read once after Open, in the background and at a bounded
+// rate (verify.go: Options.VerifyRate), and damage found is logged and
+// reported in Stats().Verify. Check verifies a directory offline: the AOF
+// whole and the index against it (check.go).
+//
 // # Keyspace
 //
 // See keys.go: j/ jobs, q/ queue order (ctime, id; the value is the job,
