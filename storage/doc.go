@@ -96,6 +96,12 @@
 // for the buffer and the job cache and reads Pebble after releasing it; a
 // scan (queue order, schedule, jobs) holds it for the whole merge of the
 // buffer with its Pebble iterator, which is why scans return bounded pages.
+// Close may run while reads do (a server swapping a failed store for a
+// reopened one): reads that reach Pebble or the AOF past the commit lock
+// hold a shared lock that Close takes exclusively before it closes them, and
+// every read and operation after Close returns ErrClosed (Stats and
+// IndexMetrics, which return no error, return what is in memory and empty
+// metrics).
 //
 // # In memory
 //

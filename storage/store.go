@@ -35,7 +35,7 @@ type Store struct {
 	failed  error   // sticky: the index and the log may disagree; reopen
 	// failedCh is closed when failed is set.
 	failedCh chan struct{}
-	closed   bool
+	closed   bool // set under mu by Close before it closes any file
 	scratch  []byte
 	kbuf     []byte       // index key scratch for putJob
 	vbuf     []byte       // index value scratch for putJob
@@ -69,6 +69,18 @@ type Store struct {
 	ckptStop       chan struct{}
 	ckptDone       chan struct{}
 	recoveryInfo   RecoveryInfo
+
+	// closeMu orders the reads that reach Pebble or the AOF without mu
+	// (a point read after the buffer, a body read, a scan of a segment)
+	// against Close: they hold it shared for that access (pin), and Close
+	// takes it exclusively before it closes Pebble and the log, so nothing
+	// reaches a closed Pebble (which panics). Lock order: closeMu, then mu.
+	// No pinned read takes the pin again (an RWMutex with Close waiting
+	// would deadlock): internal helpers never pin.
+	closeMu     sync.RWMutex
+	filesClosed bool // guarded by closeMu: reads return ErrClosed
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // segmentLive counts the bodies of one AOF segment still referenced by jobs.
@@ -354,6 +366,19 @@ var ErrClosed = errors.New("storage: store closed")
 // recover what was durable.
 var ErrFailed = errors.New("storage: store failed earlier; reopen it")
 
+// pin holds off Close while a read uses Pebble or the log outside mu; it
+// returns ErrClosed once Close has begun closing them. Release with unpin.
+func (s *Store) pin() error {
+	s.closeMu.RLock()
+	if s.filesClosed {
+		s.closeMu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) unpin() { s.closeMu.RUnlock() }
+
 func (s *Store) usableLocked() error {
 	if s.closed {
 		return ErrClosed
@@ -449,6 +474,9 @@ func (s *Store) getBuffered(id string) (j *Job, found bool, err error) {
 func (s *Store) scanPrefix(prefix []byte, fn func(k, v []byte) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
 	var ferr error
 	err := s.scanMerged(prefix, prefixEnd(prefix), false, func(k, v []byte) bool {
 		ferr = fn(k, v)
@@ -461,6 +489,10 @@ func (s *Store) scanPrefix(prefix []byte, fn func(k, v []byte) error) error {
 // removes the AOF segments that neither the index nor any live body needs.
 // After it, a restart replays only what was applied after it.
 func (s *Store) Checkpoint() error {
+	if err := s.pin(); err != nil {
+		return err
+	}
+	defer s.unpin()
 	s.ckptMu.Lock()
 	defer s.ckptMu.Unlock()
 	s.mu.Lock()
@@ -574,13 +606,16 @@ func (s *Store) checkpointLoop() {
 
 // Close checkpoints (so the next Open replays nothing), then closes the index
 // and the AOF. It runs every step and returns the first error. After a failure
-// it skips the checkpoint: the next Open recovers from the log.
+// it skips the checkpoint: the next Open recovers from the log. Reads and
+// operations running meanwhile finish first or return ErrClosed, as does
+// everything after it; Close may be called more than once, concurrently too.
 func (s *Store) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Store) close() error {
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
 	failed := s.failed
 	s.mu.Unlock()
 	close(s.ckptStop)
@@ -589,9 +624,14 @@ func (s *Store) Close() error {
 	if failed == nil {
 		errs = append(errs, s.Checkpoint())
 	}
+	// Operations (which check closed under mu) refuse from here on; then
+	// the reads that reach Pebble or the log without mu drain.
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
+	s.closeMu.Lock()
+	s.filesClosed = true
+	s.closeMu.Unlock()
 	errs = append(errs, s.closeFiles())
 	for _, err := range errs {
 		if err != nil {
