@@ -25,6 +25,7 @@ const (
 	errRetryRepl    = "ERR With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery)"
 	errDelayTTL     = "ERR The specified DELAY is greater than TTL. Job refused since would never be delivered"
 	errShuttingDown = "ERR server is shutting down"
+	errInternal     = "ERR internal error" // a handler panicked (mux.go run)
 
 	errNoAuth        = "NOAUTH Authentication required."
 	errBadPassword   = "ERR invalid password"
