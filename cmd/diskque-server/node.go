@@ -24,8 +24,10 @@ import (
 // every write with -IOERR, while reads keep being served from it. The node
 // then probes the data directory every RetryInterval; once a probe file can
 // be written and fsynced again it swaps the store out for a fresh one opened
-// on the same directory: clients get -LOADING for the moment of the swap,
-// the new store replays exactly what is durable, and writes resume. Nothing
+// on the same directory: clients get -LOADING for the moment of the swap
+// (the old store closes only once every command that was using it has
+// finished), the new store replays exactly what is durable, and writes
+// resume. Nothing
 // that was acknowledged is lost: an acknowledged write was written (and,
 // under appendfsync always, fsynced) before its reply.
 type node struct {
@@ -123,7 +125,6 @@ func (n *node) recover() bool {
 			continue
 		}
 		n.log.Info("the disk accepts writes again: reopening the store")
-		n.srv.SetBroker(nil) // -LOADING while the store is swapped
 		if err := n.closeParts(); err != nil {
 			n.log.Warn("closing the failed store", "err", err)
 		}
@@ -155,8 +156,11 @@ func probeDisk(fs vfs.FS, dir string) error {
 	return err
 }
 
-// closeParts closes the collector, the broker and the store, in that
-// order. A failed store skips its checkpoint: the next open replays.
+// closeParts takes the broker away from the server (new commands get
+// -LOADING), closes it (which wakes the GETJOBs blocked on it), waits until
+// every command that got it has finished, and only then closes the
+// collector and the store: a command still running would otherwise read a
+// closed store. A failed store skips its checkpoint: the next open replays.
 func (n *node) closeParts() error {
 	n.mu.Lock()
 	st, broker, collector := n.st, n.broker, n.collector
@@ -165,14 +169,15 @@ func (n *node) closeParts() error {
 	if st == nil {
 		return nil
 	}
-	collector.Close()
+	drain := n.srv.SetBroker(nil)
 	broker.Close()
+	drain()
+	collector.Close()
 	return st.Close()
 }
 
-// close stops watching and closes the node. The server must be closed
-// first, so that no command is running.
-// close may be called more than once.
+// close stops watching and closes the node. The server is closed first
+// (no command runs then); close may be called more than once.
 func (n *node) close() error {
 	n.stopOnce.Do(func() { close(n.stop) })
 	if n.started.Load() {
