@@ -82,9 +82,13 @@
 //     QueueTime (retry, only while active: a queued job is not requeued)
 //     and Etime (ttl), and no others.
 //   - The index on disk never reflects a record that is not durable in the
-//     AOF; after an AOF failure the index is fenced (it can no longer write
-//     files) and the store refuses every operation with ErrFailed until it is
-//     reopened.
+//     AOF; after an AOF failure — or an I/O error on the index's own files,
+//     or a fatal error from Pebble (ErrIndexFailed) — the index is fenced
+//     (Pebble's attempts to create files block until Close, so its retries
+//     do not spin: fence.go) and the store refuses every operation with
+//     ErrFailed until it is reopened. Pebble's errors are logged at WARN,
+//     rate-limited (pebble_events.go); Pebble's Fatalf fails the store and
+//     never ends the process.
 //   - An at-most-once job's delivery is fsynced before Deliver returns.
 //
 // # Concurrency

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"sync"
 	"sync/atomic"
@@ -81,6 +80,11 @@ type Store struct {
 	filesClosed bool // guarded by closeMu: reads return ErrClosed
 	closeOnce   sync.Once
 	closeErr    error
+
+	// pebbleLog rate-limits Pebble's error lines; failing is set by the
+	// first failAsync (pebble_events.go).
+	pebbleLog *rateLimitedLog
+	failing   atomic.Bool
 }
 
 // segmentLive counts the bodies of one AOF segment still referenced by jobs.
@@ -135,6 +139,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		buf:           newWriteBuffer(),
 		ckptStop:      make(chan struct{}),
 		ckptDone:      make(chan struct{}),
+		pebbleLog:     &rateLimitedLog{l: opts.Logger, every: pebbleLogEvery},
 	}
 	if err := s.open(); err != nil {
 		s.closeFiles()
@@ -150,24 +155,13 @@ func (s *Store) open() error {
 	var err error
 	// The index opens first: its applied LSN tells the AOF which gaps are
 	// segments the collector removed (below it) and which would be loss.
-	s.fence = &fenceFS{FS: fs}
+	s.fence = newFenceFS(fs)
 	popts := &pebble.Options{
-		FS:           s.fence,
-		DisableWAL:   true,
-		MemTableSize: s.opts.MemTableSize,
-		Logger:       pebbleLogger{l: s.opts.Logger, fence: s.fence},
-		EventListener: &pebble.EventListener{
-			// Pebble persists a memtable only after this returns: make every
-			// record the memtable holds durable in the AOF first.
-			FlushBegin: func(pebble.FlushInfo) {
-				// Before the AOF is open the index holds nothing from it.
-				if l := s.logRef.Load(); l != nil {
-					if err := l.Sync(); err != nil {
-						s.fence.fence(err)
-					}
-				}
-			},
-		},
+		FS:            s.fence,
+		DisableWAL:    true,
+		MemTableSize:  s.opts.MemTableSize,
+		Logger:        pebbleLogger{s: s},
+		EventListener: s.eventListener(), // pebble_events.go
 	}
 	// Every Add checks that its id is new, and ids are random: bloom filters
 	// answer those misses without reading blocks.
@@ -425,7 +419,7 @@ func (s *Store) failLocked(err error) {
 	if s.failed == nil {
 		s.failed = err
 		close(s.failedCh)
-		s.opts.Logger.Error("storage: store failed; reopen to recover", "err", err)
+		s.opts.Logger.Error("storage: the store failed: it refuses writes until it is reopened (reads go on)", "err", err)
 	}
 }
 
@@ -629,6 +623,9 @@ func (s *Store) close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
+	// A fenced index's blocked flush or compaction may hold a read here
+	// (CompactOrderIndex waits for its compaction): let them fail first.
+	s.fence.release()
 	s.closeMu.Lock()
 	s.filesClosed = true
 	s.closeMu.Unlock()
@@ -648,6 +645,9 @@ func (s *Store) closeFiles() error {
 		s.flushBatch = nil
 	}
 	if s.db != nil {
+		// Pebble's Close waits for its flush and compactions, which a
+		// fenced index holds blocked (fence.go) until this.
+		s.fence.release()
 		errs = append(errs, s.db.Close())
 	}
 	if s.log != nil {
@@ -662,29 +662,6 @@ func (s *Store) closeFiles() error {
 		}
 	}
 	return nil
-}
-
-// pebbleLogger routes Pebble's messages to slog. Once the index is fenced
-// Pebble retries its failing flushes in a loop; those errors go to Debug.
-type pebbleLogger struct {
-	l     *slog.Logger
-	fence *fenceFS
-}
-
-func (p pebbleLogger) Infof(format string, args ...any) {
-	p.l.Debug("pebble: " + fmt.Sprintf(format, args...))
-}
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	if p.fence != nil && p.fence.check() != nil {
-		p.l.Debug("pebble (index fenced): " + fmt.Sprintf(format, args...))
-		return
-	}
-	p.l.Error("pebble: " + fmt.Sprintf(format, args...))
-}
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	p.l.Error("pebble: fatal: " + msg)
-	panic("pebble: " + msg)
 }
 
 // setNodeID records the store's node id.
