@@ -56,7 +56,7 @@ func errorReply(err error) string {
 		// in a reopened store after a disk failure: retry shortly.
 		return errLoading
 	case errors.Is(err, storage.ErrFailed):
-		return "IOERR the append-only file failed; writes are refused until the disk works again: " + oneLine(err.Error())
+		return "IOERR the store failed (a disk error); writes are refused until the disk works again: " + oneLine(err.Error())
 	}
 	msg := err.Error()
 	for _, prefix := range []string{"queue: ", "storage: "} {

@@ -101,8 +101,8 @@ func (n *node) run() {
 			return
 		case <-st.Failed():
 		}
-		n.log.Error("the append-only file failed: writes are refused until the disk works again",
-			"err", st.Err(), "dir", n.dir, "retry_every", n.retry)
+		n.log.Error("the store failed: writes are refused (reads go on) and the store is reopened once the disk accepts writes again",
+			"err", st.Err(), "dir", n.dir, "probe_every", n.retry)
 		if !n.recover() {
 			return
 		}
