@@ -88,7 +88,10 @@
 //     do not spin: fence.go) and the store refuses every operation with
 //     ErrFailed until it is reopened. Pebble's errors are logged at WARN,
 //     rate-limited (pebble_events.go); Pebble's Fatalf fails the store and
-//     never ends the process.
+//     never ends the process. A corrupt index file (a block whose checksum
+//     does not match) fails the store with ErrIndexCorrupt, naming the file
+//     and its key range; the read that met it returns that error, the
+//     others go on.
 //   - An at-most-once job's delivery is fsynced before Deliver returns.
 //
 // # Concurrency

@@ -21,6 +21,8 @@ import (
 //     ENOSPC: the store fails (ErrFailed), which fences the index so that
 //     Pebble's retries block instead of spinning (fence.go), and the daemon
 //     reopens it once the disk works again.
+//   - A corrupt index file (DataCorruption, or a read that returns a
+//     corruption error) fails the store with ErrIndexCorrupt.
 //   - Logger.Fatalf is what Pebble calls when it cannot go on (a MANIFEST
 //     write failed, an invariant broke): the store fails the same way, and
 //     Fatalf returns instead of ending the process. The index is derived from
@@ -36,6 +38,33 @@ const pebbleLogEvery = 10 * time.Second
 // write its own files, or Pebble reported a fatal error.
 var ErrIndexFailed = errors.New("storage: the index failed")
 
+// ErrIndexCorrupt is wrapped (in ErrFailed, and in the error of the read
+// that met it) when Pebble found a damaged index file: a checksum that does
+// not match. The AOF is intact, so the index can be rebuilt from it; until
+// then the store refuses writes. The error names the file and its keys.
+var ErrIndexCorrupt = errors.New("storage: the index is corrupt")
+
+// indexCorruption is the error for corruption in file path over bounds.
+func indexCorruption(path, bounds string, details error) error {
+	return fmt.Errorf("%w: %s (keys %s): %w", ErrIndexCorrupt, path, bounds, details)
+}
+
+// indexErr returns err, which a read of Pebble returned, as ErrIndexCorrupt
+// if it is a corruption, failing the store; other errors are returned as
+// they are.
+func (s *Store) indexErr(err error) error {
+	if err == nil || !pebble.IsCorruptionError(err) || errors.Is(err, ErrIndexCorrupt) {
+		return err
+	}
+	path, bounds := "an index file", "unknown"
+	if info := pebble.ExtractDataCorruptionInfo(err); info != nil {
+		path, bounds = info.Path, info.Bounds.String()
+	}
+	e := indexCorruption(path, bounds, err)
+	s.failAsync(e)
+	return e
+}
+
 func (s *Store) eventListener() *pebble.EventListener {
 	return &pebble.EventListener{
 		// Pebble persists a memtable only after this returns: make every
@@ -47,6 +76,14 @@ func (s *Store) eventListener() *pebble.EventListener {
 					s.failAsync(err)
 				}
 			}
+		},
+		// Pebble's default ends the process (Logger.Fatalf). The store
+		// fails instead; the read that met the corruption returns it too
+		// (indexErr).
+		DataCorruption: func(info pebble.DataCorruptionInfo) {
+			e := indexCorruption(info.Path, info.Bounds.String(), info.Details)
+			s.pebbleLog.warn(s.fence.fenced(), "pebble: "+info.String())
+			s.failAsync(e)
 		},
 		BackgroundError: func(err error) {
 			s.pebbleLog.warn(s.fence.fenced(), "pebble: background error: "+err.Error())

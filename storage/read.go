@@ -167,7 +167,7 @@ func scanPage[T any](s *Store, lower, upper []byte, reverse bool, limit int, dec
 		out = append(out, x)
 		return len(out) < limit
 	})
-	if err = errors.Join(derr, err); err != nil {
+	if err = errors.Join(derr, s.indexErr(err)); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -419,7 +419,11 @@ func (s *Store) failLocked(err error) {
 	if s.failed == nil {
 		s.failed = err
 		close(s.failedCh)
-		s.opts.Logger.Error("storage: the store failed: it refuses writes until it is reopened (reads go on)", "err", err)
+		if errors.Is(err, ErrIndexCorrupt) {
+			s.opts.Logger.Error("storage: the index is corrupt: the store refuses writes until the index is rebuilt from the aof (reads go on, but not of the damaged keys)", "err", err)
+		} else {
+			s.opts.Logger.Error("storage: the store failed: it refuses writes until it is reopened (reads go on)", "err", err)
+		}
 	}
 }
 
@@ -429,7 +433,7 @@ func (s *Store) get(r pebble.Reader, key []byte) ([]byte, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, s.indexErr(err)
 	}
 	out := append([]byte(nil), v...)
 	closer.Close()
@@ -442,7 +446,7 @@ func (s *Store) getJob(r pebble.Reader, id string) (*Job, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, s.indexErr(err)
 	}
 	defer closer.Close()
 	return decodeJob(id, v, s.selfNodes)
@@ -476,7 +480,7 @@ func (s *Store) scanPrefix(prefix []byte, fn func(k, v []byte) error) error {
 		ferr = fn(k, v)
 		return ferr == nil
 	})
-	return errors.Join(ferr, err)
+	return errors.Join(ferr, s.indexErr(err))
 }
 
 // Checkpoint makes the index durable up to everything applied so far and
