@@ -55,6 +55,9 @@ func errorReply(err error) string {
 		// closed broker under a live connection is the daemon swapping
 		// in a reopened store after a disk failure: retry shortly.
 		return errLoading
+	case errors.Is(err, storage.ErrIndexCorrupt):
+		// Before ErrFailed, which wraps it once the store has failed.
+		return "IOERR the index is corrupt; writes are refused until it is rebuilt from the append-only file: " + oneLine(err.Error())
 	case errors.Is(err, storage.ErrFailed):
 		return "IOERR the store failed (a disk error); writes are refused until the disk works again: " + oneLine(err.Error())
 	}
