@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -103,5 +105,81 @@ func TestWatchShutdown(t *testing.T) {
 	close(finished)
 	if code, ok := <-run(make(chan os.Signal), finished, time.Hour); ok {
 		t.Errorf("finished: exit %d, want none", code)
+	}
+}
+
+// TestCorruptIndexAnswersErrors: one damaged table of the index. SHOW of a
+// job whose index block is damaged used to panic the daemon (Pebble's
+// default corruption handler is fatal) and drop every client; now it
+// answers -IOERR naming the file, writes are refused, the other jobs and
+// every other client are served, and the node says once what to do instead
+// of reopening the store in a loop.
+func TestCorruptIndexAnswersErrors(t *testing.T) {
+	s := startServer(t, "--loglevel", "warning")
+	c := s.client(t)
+	var ids []string
+	for i := range 2000 {
+		ids = append(ids, addJob(t, c, "q", fmt.Sprintf("job-%d", i)))
+	}
+	s.Stop() // the checkpoint writes the index into one table
+	tables, err := filepath.Glob(filepath.Join(s.dir, "index", "*.sst"))
+	if err != nil || len(tables) != 1 {
+		t.Fatalf("index tables %v (%v), want one", tables, err)
+	}
+	b, err := os.ReadFile(tables[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/7] ^= 0xff // a data block of job keys
+	if err := os.WriteFile(tables[0], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	c, other := s.client(t), s.client(t)
+	ctx := context.Background()
+	corrupt, readable := 0, 0
+	for _, id := range ids {
+		err := c.Do(ctx, "SHOW", id).Err()
+		switch {
+		case err == nil:
+			readable++
+		case strings.HasPrefix(err.Error(), "IOERR the index is corrupt") && strings.Contains(err.Error(), ".sst"):
+			corrupt++
+		default:
+			t.Fatalf("SHOW %s: %v, want the job or -IOERR the index is corrupt", id, err)
+		}
+	}
+	t.Logf("SHOW: %d jobs unreadable, %d readable", corrupt, readable)
+	if corrupt == 0 || readable == 0 {
+		t.Fatalf("%d corrupt and %d readable jobs: the test corrupted the wrong place", corrupt, readable)
+	}
+	if err := c.Do(ctx, "ADDJOB", "q", "new", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "IOERR ") {
+		t.Fatalf("ADDJOB on a corrupt index: %v, want -IOERR", err)
+	}
+	if got := doStr(t, other, "PING"); got != "PONG" {
+		t.Fatalf("PING from another client: %q", got)
+	}
+	out := s.logs[len(s.logs)-1]
+	waitUntil(t, 10*time.Second, "the log to say what to do", func() bool {
+		return strings.Contains(out.String(), "restart with --rebuild-index")
+	})
+	if n := strings.Count(out.String(), "restart with --rebuild-index"); n != 1 {
+		t.Errorf("the advice is logged %d times, want once", n)
+	}
+	if strings.Contains(out.String(), "reopening the store") {
+		t.Errorf("the node reopened a store whose index is corrupt")
+	}
+	p := s.proc
+	s.proc = nil // stopped here: a failed store's close may exit with 1
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+		t.Logf("exit status %d after SIGTERM", p.cmd.ProcessState.ExitCode())
+	case <-time.After(shutdownTimeout):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		t.Fatalf("the server did not exit within %v of SIGTERM", shutdownTimeout)
 	}
 }

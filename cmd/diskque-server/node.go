@@ -30,6 +30,10 @@ import (
 // resume. Nothing
 // that was acknowledged is lost: an acknowledged write was written (and,
 // under appendfsync always, fsynced) before its reply.
+//
+// A corrupt index (storage.ErrIndexCorrupt) is not reopened: the same damage
+// would fail it again. The node logs once that the index must be rebuilt
+// from the AOF and serves what it can read until it is stopped.
 type node struct {
 	dir    string
 	sopts  storage.Options
@@ -101,6 +105,14 @@ func (n *node) run() {
 			return
 		case <-st.Failed():
 		}
+		if err := st.Err(); errors.Is(err, storage.ErrIndexCorrupt) {
+			// A reopen would meet the same damage: the index must be
+			// rebuilt from the AOF, which is intact. (The rebuild, when
+			// there is one, starts here or at the next start.)
+			n.log.Error(indexCorruptAdvice, "err", err, "dir", n.dir)
+			<-n.stop
+			return
+		}
 		n.log.Error("the store failed: writes are refused (reads go on) and the store is reopened once the disk accepts writes again",
 			"err", st.Err(), "dir", n.dir, "probe_every", n.retry)
 		if !n.recover() {
@@ -139,6 +151,12 @@ func (n *node) recover() bool {
 		return true
 	}
 }
+
+// indexCorruptAdvice is what the log says once the store found its index
+// corrupt.
+const indexCorruptAdvice = "the index is corrupt: writes are refused, and reads of the damaged keys fail, " +
+	"until it is rebuilt from the append-only file (which is intact): restart with --rebuild-index; " +
+	"the store is not reopened meanwhile"
 
 // probeDisk writes, fsyncs and removes a small file in dir: the smallest
 // proof that the AOF could be written again.
