@@ -93,6 +93,13 @@
 //     and its key range; the read that met it returns that error, the
 //     others go on.
 //   - An at-most-once job's delivery is fsynced before Deliver returns.
+//   - A store that Open finds with less free space than
+//     Options.ReadOnlyBelow (and an index to read) writes nothing: Pebble
+//     opens read-only, the AOF's tail is replayed into the write buffer
+//     alone, and the store is failed from the start with ErrNoSpace — it
+//     reads, and refuses every write — until it is reopened once
+//     RoomToWrite reports room. (On a full disk a writable Pebble fails at
+//     Open writing its MANIFEST.)
 //
 // # Concurrency
 //

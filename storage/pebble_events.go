@@ -97,7 +97,7 @@ func (s *Store) eventListener() *pebble.EventListener {
 // index is fenced at once (an atomic store), and mu is taken on another
 // goroutine.
 func (s *Store) failAsync(err error) {
-	s.fence.fence(err)
+	s.fenceIndex(err)
 	if s.failing.CompareAndSwap(false, true) {
 		go s.fail(err)
 	}

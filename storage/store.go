@@ -12,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/diskque/diskque/internal/durable"
 	"github.com/diskque/diskque/wal"
 )
@@ -85,6 +86,10 @@ type Store struct {
 	// first failAsync (pebble_events.go).
 	pebbleLog *rateLimitedLog
 	failing   atomic.Bool
+	// readOnly: Open found no room to write (ErrNoSpace). Pebble is open
+	// read-only and the replayed tail lives in the write buffer only.
+	readOnly bool
+	gate     *compactionGate // the index's compaction scheduler
 }
 
 // segmentLive counts the bodies of one AOF segment still referenced by jobs.
@@ -124,6 +129,16 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage: lock %s (is another server using it?): %w", dir, err)
 	}
+	// Decide before Pebble writes anything: on a full disk a read-write
+	// Pebble fails at Open (its MANIFEST), which ends the process.
+	// (A new store opens writable whatever the space: there is nothing
+	// to read yet, and creating it takes little.)
+	free, room := roomToWrite(fs, dir, opts)
+	if !room {
+		if desc, err := pebble.Peek(fs.PathJoin(dir, indexDir), fs); err != nil || !desc.Exists {
+			room = true
+		}
+	}
 	s := &Store{
 		opts:          opts,
 		dir:           dir,
@@ -140,14 +155,58 @@ func Open(dir string, opts Options) (*Store, error) {
 		ckptStop:      make(chan struct{}),
 		ckptDone:      make(chan struct{}),
 		pebbleLog:     &rateLimitedLog{l: opts.Logger, every: pebbleLogEvery},
+		readOnly:      !room,
 	}
 	if err := s.open(); err != nil {
 		s.closeFiles()
+		if s.readOnly {
+			err = fmt.Errorf("%w (%d bytes free, %d needed): %w", ErrNoSpace, free, opts.ReadOnlyBelow, err)
+		}
 		return nil, err
+	}
+	if s.readOnly {
+		// A store that cannot write is a failed one that still reads:
+		// every write refuses, GETJOB hands out durable jobs without
+		// recording them, and a server reopens it once there is room.
+		s.failed = fmt.Errorf("%w: %d bytes free, %d needed to write", ErrNoSpace, free, opts.ReadOnlyBelow)
+		close(s.failedCh)
+		s.opts.Logger.Warn("storage: the disk is nearly full: the store is open read-only; it serves reads and refuses writes until it is reopened with room to write",
+			"free_bytes", free, "needed_bytes", opts.ReadOnlyBelow, "dir", dir)
 	}
 	go s.checkpointLoop()
 	return s, nil
 }
+
+// ErrNoSpace is wrapped (in ErrFailed) by every write to a store that Open
+// found without room to write (see Options.ReadOnlyBelow): it serves reads
+// only. Reopen it once RoomToWrite reports room.
+var ErrNoSpace = errors.New("storage: not enough free disk space to write; the store is read-only")
+
+// roomToWrite measures the free space of the filesystem holding dir against
+// opts.ReadOnlyBelow; room when it cannot tell.
+func roomToWrite(fs vfs.FS, dir string, opts Options) (free uint64, room bool) {
+	if opts.ReadOnlyBelow < 0 {
+		return 0, true
+	}
+	u, err := fs.GetDiskUsage(dir)
+	if err != nil {
+		return 0, true
+	}
+	return u.AvailBytes, u.AvailBytes >= uint64(opts.ReadOnlyBelow)
+}
+
+// RoomToWrite reports whether a store opened on dir with opts would be
+// writable: whether the disk has Options.ReadOnlyBelow free bytes. A server
+// whose store is read-only (ErrNoSpace) asks it to know when to reopen.
+func RoomToWrite(dir string, opts Options) bool {
+	opts.EnsureDefaults()
+	_, room := roomToWrite(opts.FS, dir, opts)
+	return room
+}
+
+// ReadOnly reports whether the store was opened read-only for want of disk
+// space (see ErrNoSpace).
+func (s *Store) ReadOnly() bool { return s.readOnly }
 
 func (s *Store) open() error {
 	fs := s.opts.FS
@@ -184,7 +243,10 @@ func (s *Store) open() error {
 	// threshold keeps Pebble's ratio of 3.
 	popts.L0CompactionThreshold = 12
 	popts.L0StopWritesThreshold = 36
+	// Read-only, Pebble writes nothing: no MANIFEST, no OPTIONS file.
+	popts.ReadOnly = s.readOnly
 	gate := newCompactionGate()
+	s.gate = gate
 	popts.Experimental.CompactionScheduler = gate
 	s.db, err = pebble.Open(fs.PathJoin(s.dir, indexDir), popts)
 	if err != nil {
@@ -212,6 +274,9 @@ func (s *Store) open() error {
 		return err
 	}
 	s.lastCkptEnd = s.log.End()
+	if s.nodeID == "" && s.readOnly {
+		return errors.New("storage: the store has no node id yet")
+	}
 	if s.nodeID == "" {
 		// The node id names this store's jobs: make it durable now, whatever
 		// the fsync policy, so a crash cannot give the store a new one.
@@ -233,6 +298,10 @@ func (s *Store) loadMeta() error {
 		return err
 	}
 	switch ver, _ := binary.Uvarint(v); {
+	case s.readOnly:
+		// An index that never flushed (nil: the replay rebuilds it all in
+		// memory), format 1 or 2: all read; the mark waits for a writable
+		// open.
 	case v == nil || ver == 1:
 		// A new index, or one of format 1, whose values this build still
 		// reads: it is format 2 from the first value written, and an
@@ -322,10 +391,16 @@ func (s *Store) replay() error {
 		}
 		s.applied = lsn + wal.FrameSize(len(r.Payload))
 		n++
-		if len(s.buf.rangeDels) > 0 || s.buf.bytes >= 8*s.opts.WriteBufferSize {
+		// Read-only, the tail stays in the buffer (Pebble takes no write).
+		if !s.readOnly && (len(s.buf.rangeDels) > 0 || s.buf.bytes >= 8*s.opts.WriteBufferSize) {
 			if err := s.flushBufferLocked(); err != nil {
 				return err
 			}
+		}
+		// An index that failed under the replay (an I/O error, fenced)
+		// would stall it once its memtables are full: stop.
+		if s.fence.fenced() {
+			return fmt.Errorf("%w: the index failed during the replay", ErrIndexFailed)
 		}
 		if time.Since(lastLog) > 2*time.Second {
 			lastLog = time.Now()
@@ -333,7 +408,7 @@ func (s *Store) replay() error {
 		}
 		return nil
 	})
-	if err == nil {
+	if err == nil && !s.readOnly {
 		err = s.flushBufferLocked()
 	}
 	if s.flushBatch != nil {
@@ -359,6 +434,16 @@ var ErrClosed = errors.New("storage: store closed")
 // fsync failed, or the index refused a batch. Close and reopen the store to
 // recover what was durable.
 var ErrFailed = errors.New("storage: store failed earlier; reopen it")
+
+// fenceIndex stops the index from persisting anything more: file
+// creation blocks (fence.go) and no compaction starts (compactionGate.hold).
+// It takes no lock of the store's: Pebble's callbacks call it.
+func (s *Store) fenceIndex(err error) {
+	s.fence.fence(err)
+	if s.gate != nil {
+		s.gate.hold()
+	}
+}
 
 // pin holds off Close while a read uses Pebble or the log outside mu; it
 // returns ErrClosed once Close has begun closing them. Release with unpin.
@@ -415,7 +500,7 @@ func (s *Store) fail(err error) {
 // failLocked makes the store unusable and fences the index so that no batch
 // whose record may be missing from the log is ever persisted.
 func (s *Store) failLocked(err error) {
-	s.fence.fence(err)
+	s.fenceIndex(err)
 	if s.failed == nil {
 		s.failed = err
 		close(s.failedCh)
@@ -596,7 +681,8 @@ func (s *Store) checkpointLoop() {
 		case <-tick:
 		case <-s.ckptKick:
 		}
-		if err := s.Checkpoint(); err != nil && !errors.Is(err, ErrClosed) {
+		// A failed store said so once: a failed checkpoint a minute is noise.
+		if err := s.Checkpoint(); err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrFailed) {
 			s.opts.Logger.Error("storage: checkpoint failed", "err", err)
 		}
 	}
