@@ -55,6 +55,10 @@ func errorReply(err error) string {
 		// closed broker under a live connection is the daemon swapping
 		// in a reopened store after a disk failure: retry shortly.
 		return errLoading
+	case errors.Is(err, storage.ErrNoSpace):
+		// A store opened on a full disk, read-only (before ErrFailed,
+		// which wraps it).
+		return errNoSpace
 	case errors.Is(err, storage.ErrIndexCorrupt):
 		// Before ErrFailed, which wraps it once the store has failed.
 		return "IOERR the index is corrupt; writes are refused until it is rebuilt from the append-only file: " + oneLine(err.Error())
