@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -181,5 +183,91 @@ func TestCorruptIndexAnswersErrors(t *testing.T) {
 		_ = p.cmd.Process.Kill()
 		<-p.exited
 		t.Fatalf("the server did not exit within %v of SIGTERM", shutdownTimeout)
+	}
+}
+
+// TestRestartOnFullDisk: the disk under a running server (appendfsync
+// always) fills up — here another file takes all its free space — and the
+// server is killed (SIGKILL) and started again on the full disk. It used to
+// die at start-up in Pebble's Open (MANIFEST flush failed: no space left on
+// device), every time until space was added. Now it starts read-only,
+// serves GETJOB, SHOW and QLEN, refuses ADDJOB with -NOSPACE and, once space
+// is freed, takes ADDJOBs again without a restart; no acknowledged job is
+// lost. (A kill while an AOF write was failing leaves a torn tail, whose
+// repair at start-up needs space: that case waits for a read-only wal.Open.)
+func TestRestartOnFullDisk(t *testing.T) {
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=100m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("this test fills a small filesystem and cannot mount one (root and tmpfs needed): %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", mnt).Run() })
+	s := startServerConfig(t, serverConfig{dir: filepath.Join(mnt, "data"),
+		flags: []string{"--appendfsync", "always", "--min-free-disk", "0", "--aof-segment-size", "1mb"}})
+	c := s.client(t)
+	ctx := context.Background()
+	var acked []string
+	for i := range 200 {
+		acked = append(acked, addJob(t, c, "q", fmt.Sprintf("job-%d", i)))
+	}
+	// Fill the disk: a file takes every free byte.
+	filler := filepath.Join(mnt, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	for n := len(chunk); n > 0; { // smaller writes for the last bytes
+		if _, err := f.Write(chunk[:n]); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("filling the disk: %v", err)
+			}
+			n /= 2
+		}
+	}
+	f.Close()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(mnt, &st); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d jobs acknowledged, then the disk filled up: %d bytes free", len(acked), st.Bavail*uint64(st.Bsize))
+	s.Kill()
+
+	s.Start() // on the full disk
+	c = s.client(t)
+	if n := doInt(t, c, "QLEN", "q"); n != int64(len(acked)) {
+		t.Fatalf("QLEN on the full disk = %d, want %d", n, len(acked))
+	}
+	for _, id := range acked {
+		if v := doArr(t, c, "SHOW", id); len(v) != 30 {
+			t.Fatalf("SHOW %s on the full disk: %d elements", id, len(v))
+		}
+	}
+	if got := getJobs(t, c, "NOHANG", "COUNT", 5, "FROM", "q"); len(got) != 5 {
+		t.Fatalf("GETJOB on the full disk: %d jobs, want 5", len(got))
+	}
+	if err := c.Do(ctx, "ADDJOB", "q", "more", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOSPACE ") {
+		t.Fatalf("ADDJOB on the full disk: %v, want -NOSPACE", err)
+	}
+	if out := s.logs[len(s.logs)-1].String(); strings.Contains(out, "pebble: fatal") || strings.Contains(out, "panic") {
+		t.Fatalf("the start on a full disk reached Pebble's fatal path:\n%s", out)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 20*time.Second, "ADDJOB to be accepted once space is freed", func() bool {
+		id, err := c.Do(ctx, "ADDJOB", "q", "after", 0).Text()
+		if err == nil {
+			acked = append(acked, id)
+		}
+		return err == nil
+	})
+	for _, id := range acked {
+		if v := doArr(t, c, "SHOW", id); len(v) != 30 {
+			t.Fatalf("SHOW %s after space came back: %d elements", id, len(v))
+		}
+	}
+	if n := doInt(t, c, "QLEN", "q"); n != int64(len(acked)) {
+		t.Fatalf("QLEN after space came back = %d, want %d", n, len(acked))
 	}
 }

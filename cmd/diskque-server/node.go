@@ -31,6 +31,12 @@ import (
 // that was acknowledged is lost: an acknowledged write was written (and,
 // under appendfsync always, fsynced) before its reply.
 //
+// A store opened on a nearly full disk is read-only (storage.ErrNoSpace):
+// it serves reads and answers writes with -NOSPACE, and the node reopens it
+// once the disk has room for a writable store (storage.RoomToWrite), as it
+// reopens a failed one — so a restart on a full disk starts, instead of
+// dying in Pebble's Open.
+//
 // A corrupt index (storage.ErrIndexCorrupt) is not reopened: the same damage
 // would fail it again. The node logs once that the index must be rebuilt
 // from the AOF and serves what it can read until it is stopped.
@@ -76,11 +82,15 @@ func (n *node) open() error {
 		st.Close()
 		return err
 	}
-	collector, err := gc.New(st, n.gcOpts)
-	if err != nil {
-		broker.Close()
-		st.Close()
-		return err
+	// A read-only store (a full disk) has nothing to collect: its
+	// collector would only fail every interval.
+	var collector *gc.Collector
+	if !st.ReadOnly() {
+		if collector, err = gc.New(st, n.gcOpts); err != nil {
+			broker.Close()
+			st.Close()
+			return err
+		}
 	}
 	go broker.Run()
 	n.mu.Lock()
@@ -105,25 +115,33 @@ func (n *node) run() {
 			return
 		case <-st.Failed():
 		}
-		if err := st.Err(); errors.Is(err, storage.ErrIndexCorrupt) {
+		ready := n.probeDisk
+		switch err := st.Err(); {
+		case errors.Is(err, storage.ErrIndexCorrupt):
 			// A reopen would meet the same damage: the index must be
 			// rebuilt from the AOF, which is intact. (The rebuild, when
 			// there is one, starts here or at the next start.)
 			n.log.Error(indexCorruptAdvice, "err", err, "dir", n.dir)
 			<-n.stop
 			return
+		case errors.Is(err, storage.ErrNoSpace):
+			n.log.Warn("the disk is nearly full: reads are served and writes get -NOSPACE until there is room; then the store reopens by itself",
+				"err", err, "dir", n.dir, "check_every", n.retry)
+			ready = n.roomToWrite
+		default:
+			n.log.Error("the store failed: writes are refused (reads go on) and the store is reopened once the disk accepts writes again",
+				"err", err, "dir", n.dir, "probe_every", n.retry)
 		}
-		n.log.Error("the store failed: writes are refused (reads go on) and the store is reopened once the disk accepts writes again",
-			"err", st.Err(), "dir", n.dir, "probe_every", n.retry)
-		if !n.recover() {
+		if !n.recover(ready) {
 			return
 		}
 	}
 }
 
-// recover probes the disk until it works, then reopens the node; false if
-// stop came first.
-func (n *node) recover() bool {
+// recover waits until ready says the disk can take the store's writes,
+// checking every retry interval, then reopens the node; false if stop came
+// first.
+func (n *node) recover(ready func() error) bool {
 	t := time.NewTicker(n.retry)
 	defer t.Stop()
 	for {
@@ -132,8 +150,8 @@ func (n *node) recover() bool {
 			return false
 		case <-t.C:
 		}
-		if err := probeDisk(n.sopts.FS, n.dir); err != nil {
-			n.log.Debug("disk probe failed", "err", err)
+		if err := ready(); err != nil {
+			n.log.Debug("the disk cannot take writes yet", "err", err)
 			continue
 		}
 		n.log.Info("the disk accepts writes again: reopening the store")
@@ -157,6 +175,18 @@ func (n *node) recover() bool {
 const indexCorruptAdvice = "the index is corrupt: writes are refused, and reads of the damaged keys fail, " +
 	"until it is rebuilt from the append-only file (which is intact): restart with --rebuild-index; " +
 	"the store is not reopened meanwhile"
+
+func (n *node) probeDisk() error { return probeDisk(n.sopts.FS, n.dir) }
+
+// errNoRoom: the disk has less free space than a writable store needs.
+var errNoRoom = errors.New("not enough free disk space for a writable store yet")
+
+func (n *node) roomToWrite() error {
+	if storage.RoomToWrite(n.dir, n.sopts) {
+		return nil
+	}
+	return errNoRoom
+}
 
 // probeDisk writes, fsyncs and removes a small file in dir: the smallest
 // proof that the AOF could be written again.
@@ -190,7 +220,9 @@ func (n *node) closeParts() error {
 	drain := n.srv.SetBroker(nil)
 	broker.Close()
 	drain()
-	collector.Close()
+	if collector != nil {
+		collector.Close()
+	}
 	return st.Close()
 }
 
