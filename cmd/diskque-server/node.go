@@ -27,9 +27,8 @@ import (
 // on the same directory: clients get -LOADING for the moment of the swap
 // (the old store closes only once every command that was using it has
 // finished), the new store replays exactly what is durable, and writes
-// resume. Nothing
-// that was acknowledged is lost: an acknowledged write was written (and,
-// under appendfsync always, fsynced) before its reply.
+// resume. Nothing that was acknowledged is lost: an acknowledged write was
+// written (and, under appendfsync always, fsynced) before its reply.
 //
 // A store opened on a nearly full disk is read-only (storage.ErrNoSpace):
 // it serves reads and answers writes with -NOSPACE, and the node reopens it
