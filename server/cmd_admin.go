@@ -434,8 +434,10 @@ func (s *Server) collectorInfo() []string {
 		cs = col.Stats()
 	}
 	var st storage.CollectStats
-	if b := s.broker.Load(); b != nil {
+	if ref := s.useBroker(); ref != nil {
+		b := ref.broker()
 		st = b.Store().Stats().Collect
+		ref.done()
 	}
 	return []string{
 		fmt.Sprintf("gc_collections:%d", cs.Collections),
@@ -503,5 +505,8 @@ func rssBytes() uint64 {
 
 // flush sends what the connection has buffered.
 func flush(conn redcon.Conn) {
+	if r, ok := conn.(*replyConn); ok {
+		conn = r.Conn
+	}
 	_ = redcon.BaseWriter(conn).Flush()
 }

@@ -41,7 +41,15 @@
 // -IOERR and still serves reads, and GETJOB hands out durable at-least-once
 // jobs without recording the delivery (queue: deliverWhileFailedLocked);
 // the daemon reopens it once the disk works again (cmd/diskque-server
-// node.go), and commands caught by that swap get -LOADING.
+// node.go), and commands caught by that swap get -LOADING. SetBroker returns
+// a drain that waits for every command still running on the broker it
+// replaced, so the daemon closes a store only once nothing uses it.
+//
+// A handler that panics (a bug) is recovered at the command boundary
+// (mux.go run): its stack is logged at ERROR, the command gets
+// "-ERR internal error", and the connection and every other client carry
+// on — unless the handler had already written part of its reply, which
+// cannot be taken back: then that connection is closed.
 //
 // Configuration: the daemon owns its directives and config file and hands
 // the server a Config (Options.Config). CONFIG GET glob lists matching

@@ -25,6 +25,7 @@ const (
 	errRetryRepl    = "ERR With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery)"
 	errDelayTTL     = "ERR The specified DELAY is greater than TTL. Job refused since would never be delivered"
 	errShuttingDown = "ERR server is shutting down"
+	errInternal     = "ERR internal error" // a handler panicked (mux.go run)
 
 	errNoAuth        = "NOAUTH Authentication required."
 	errBadPassword   = "ERR invalid password"
@@ -54,8 +55,15 @@ func errorReply(err error) string {
 		// closed broker under a live connection is the daemon swapping
 		// in a reopened store after a disk failure: retry shortly.
 		return errLoading
+	case errors.Is(err, storage.ErrNoSpace):
+		// A store opened on a full disk, read-only (before ErrFailed,
+		// which wraps it).
+		return errNoSpace
+	case errors.Is(err, storage.ErrIndexCorrupt):
+		// Before ErrFailed, which wraps it once the store has failed.
+		return "IOERR the index is corrupt; writes are refused until it is rebuilt from the append-only file: " + oneLine(err.Error())
 	case errors.Is(err, storage.ErrFailed):
-		return "IOERR the append-only file failed; writes are refused until the disk works again: " + oneLine(err.Error())
+		return "IOERR the store failed (a disk error); writes are refused until the disk works again: " + oneLine(err.Error())
 	}
 	msg := err.Error()
 	for _, prefix := range []string{"queue: ", "storage: "} {

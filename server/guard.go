@@ -44,12 +44,14 @@ func (s *Server) measure() {
 	g := &s.guard
 	noSpace := false
 	if min := g.minFreeDisk.Load(); min > 0 {
-		if b := s.broker.Load(); b != nil {
+		if ref := s.useBroker(); ref != nil {
+			b := ref.broker()
 			// An in-memory store (or a filesystem that cannot tell) has no
 			// disk to run out of.
 			if u, err := b.Store().DiskUsage(); err == nil {
 				noSpace = int64(u.AvailBytes) < min
 			}
+			ref.done()
 		}
 	}
 	if noSpace != g.noSpace.Load() {

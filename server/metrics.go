@@ -69,7 +69,9 @@ func newMetrics(s *Server) *metrics {
 				return size
 			})),
 		gauge("diskque_blocked_clients", "Clients blocked in GETJOB.", func() float64 {
-			if b := s.broker.Load(); b != nil {
+			if ref := s.useBroker(); ref != nil {
+				b := ref.broker()
+				defer ref.done()
 				return float64(b.Stats().BlockedClients)
 			}
 			return 0
@@ -98,7 +100,9 @@ func newMetrics(s *Server) *metrics {
 			return 0
 		}),
 		gauge("diskque_index_bytes", "Bytes of the Pebble index on disk.", func() float64 {
-			if b := s.broker.Load(); b != nil {
+			if ref := s.useBroker(); ref != nil {
+				b := ref.broker()
+				defer ref.done()
 				return float64(b.Store().IndexMetrics().DiskSpaceUsage())
 			}
 			return 0
@@ -117,7 +121,9 @@ func counter(name, help string, f func() float64) prometheus.Collector {
 // storeFigure reads one figure of the store's Stats; 0 while loading.
 func (s *Server) storeFigure(f func(storage.Stats) int64) func() float64 {
 	return func() float64 {
-		if b := s.broker.Load(); b != nil {
+		if ref := s.useBroker(); ref != nil {
+			b := ref.broker()
+			defer ref.done()
 			return float64(f(b.Store().Stats()))
 		}
 		return 0
@@ -138,7 +144,9 @@ type queueLengths struct {
 func (q queueLengths) Describe(ch chan<- *prometheus.Desc) { ch <- q.desc }
 
 func (q queueLengths) Collect(ch chan<- prometheus.Metric) {
-	b := q.s.broker.Load()
+	ref := q.s.useBroker()
+	defer ref.done()
+	b := ref.broker()
 	if b == nil {
 		return
 	}

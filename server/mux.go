@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/diskque/diskque/queue"
@@ -34,6 +35,8 @@ type call struct {
 	// more of it (pipelined ADDJOBs) sets consumed.
 	rest     []redcon.Command
 	consumed int
+	// reply is conn as the handler writes to it (conn points here).
+	reply replyConn
 }
 
 var commands = map[string]*command{}
@@ -87,7 +90,9 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 		conn.WriteError(errNoAuth)
 		return 1
 	}
-	b := s.broker.Load()
+	ref := s.useBroker()
+	defer ref.done()
+	b := ref.broker()
 	if b == nil && !cmd.whileLoading {
 		conn.WriteError(errLoading)
 		return 1
@@ -106,7 +111,9 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 		}
 		rest = s.addJobBatchable(rest)
 	}
-	c := &call{conn: conn, args: args, broker: b, client: cl, rest: rest}
+	c := &call{args: args, broker: b, client: cl, rest: rest}
+	c.reply.Conn = conn
+	c.conn = &c.reply
 	if mons := s.monitors.Load(); mons != nil {
 		// Fed before running, so that a GETJOB shows when it starts to
 		// block. A run of pipelined ADDJOBs is fed whole: rest is exactly
@@ -118,7 +125,7 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 		s.feedMonitors(*mons, cl, name, fed)
 		start = time.Now() // feeding monitors is not the command's time
 	}
-	cmd.run(s, c)
+	s.run(cmd, c)
 	took := time.Since(start)
 	// Pipelined ADDJOBs run as one batch but are as many commands, for
 	// INFO and /metrics alike; each gets its share of the batch's time.
@@ -131,6 +138,51 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 	}
 	return 1 + c.consumed
 }
+
+// run runs the command's handler. A handler that panics — a bug — is logged
+// with its stack at ERROR and answered "-ERR internal error" (one reply per
+// command it consumed), and the connection and the server carry on. If it
+// had already written part of a reply, which cannot be taken back, the
+// connection is closed instead: the client would otherwise read the rest
+// of the stream out of step with its commands.
+func (s *Server) run(cmd *command, c *call) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		s.opts.Logger.Error("server: command handler panicked; replying -ERR internal error",
+			"command", cmd.name, "client", c.client.addr, "panic", v, "stack", string(debug.Stack()),
+			"connection_closed", c.reply.wrote)
+		if c.reply.wrote {
+			c.reply.Conn.Close()
+			return
+		}
+		for range 1 + c.consumed {
+			c.reply.Conn.WriteError(errInternal)
+		}
+	}()
+	cmd.run(s, c)
+}
+
+// replyConn is the connection as handlers see it: it notes whether the
+// handler has written anything, for run's recovery from a panic.
+type replyConn struct {
+	redcon.Conn
+	wrote bool
+}
+
+func (r *replyConn) WriteError(msg string)       { r.wrote = true; r.Conn.WriteError(msg) }
+func (r *replyConn) WriteString(str string)      { r.wrote = true; r.Conn.WriteString(str) }
+func (r *replyConn) WriteBulk(bulk []byte)       { r.wrote = true; r.Conn.WriteBulk(bulk) }
+func (r *replyConn) WriteBulkString(bulk string) { r.wrote = true; r.Conn.WriteBulkString(bulk) }
+func (r *replyConn) WriteInt(num int)            { r.wrote = true; r.Conn.WriteInt(num) }
+func (r *replyConn) WriteInt64(num int64)        { r.wrote = true; r.Conn.WriteInt64(num) }
+func (r *replyConn) WriteUint64(num uint64)      { r.wrote = true; r.Conn.WriteUint64(num) }
+func (r *replyConn) WriteArray(count int)        { r.wrote = true; r.Conn.WriteArray(count) }
+func (r *replyConn) WriteNull()                  { r.wrote = true; r.Conn.WriteNull() }
+func (r *replyConn) WriteRaw(data []byte)        { r.wrote = true; r.Conn.WriteRaw(data) }
+func (r *replyConn) WriteAny(v any)              { r.wrote = true; r.Conn.WriteAny(v) }
 
 // lookup finds the command named (in any case) by arg. It lowers the name
 // into a stack buffer rather than a new string: every command goes through

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/diskque/diskque/gc"
-	"github.com/diskque/diskque/queue"
 	"github.com/tidwall/redcon"
 )
 
@@ -81,8 +80,9 @@ type InfoSource struct {
 
 // Server serves RESP clients over a Broker.
 type Server struct {
-	opts   Options
-	broker atomic.Pointer[queue.Broker]
+	opts Options
+	// broker is what commands run on, nil while loading; see brokerRef.
+	broker atomic.Pointer[brokerRef]
 	// collector runs segment collections (BGREWRITEAOF, INFO); nil until
 	// SetCollector.
 	collector atomic.Pointer[gc.Collector]
@@ -195,9 +195,6 @@ func (s *Server) SetMaxClients(n int) { s.maxClients.Store(int64(n)) }
 func (s *Server) SetMaxJobSize(n int64) { s.maxJobSize.Store(n) }
 
 func (s *Server) password() string { return *s.requirePass.Load() }
-
-// SetBroker makes the server ready: loading is over.
-func (s *Server) SetBroker(b *queue.Broker) { s.broker.Store(b) }
 
 // SetCollector gives the server the store's segment collector, which
 // BGREWRITEAOF starts and INFO reports on. Call it before SetBroker.

@@ -136,6 +136,7 @@ func BenchmarkReopen(b *testing.B) {
 					b.Fatal(err)
 				}
 				s.fence.fence(fmt.Errorf("benchmark: simulated crash"))
+				s.fence.release()
 				s.db.Close()
 				s.log.Close()
 				s.lock.Close()
@@ -154,6 +155,7 @@ func BenchmarkReopen(b *testing.B) {
 				}
 				// Leave the store as found: long tails stay unflushed.
 				s.fence.fence(fmt.Errorf("benchmark: close without checkpoint"))
+				s.fence.release()
 				s.db.Close()
 				s.log.Close()
 				s.lock.Close()

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"time"
 
@@ -73,7 +72,14 @@ func (r *CheckReport) problem(format string, args ...any) {
 // Check verifies the store in dir (see above). It takes the directory's
 // lock, so it refuses while a server uses it. An error means it could not
 // check; what it found wrong is in the report.
-func Check(dir string, opts Options) (*CheckReport, error) {
+func Check(dir string, opts Options) (rep *CheckReport, err error) {
+	defer func() {
+		// A damaged index can make Pebble give up (Fatalf) on this
+		// goroutine: that is a finding, not a crash of the check.
+		if p := recover(); p != nil {
+			rep, err = nil, fmt.Errorf("storage: the index cannot be read: %v", p)
+		}
+	}()
 	opts.EnsureDefaults()
 	start := time.Now()
 	fs := opts.FS
@@ -83,7 +89,7 @@ func Check(dir string, opts Options) (*CheckReport, error) {
 	}
 	defer lock.Close()
 	db, err := pebble.Open(fs.PathJoin(dir, indexDir), &pebble.Options{
-		FS: fs, ReadOnly: true, DisableWAL: true, Logger: pebbleLogger{l: slog.New(slog.DiscardHandler)},
+		FS: fs, ReadOnly: true, DisableWAL: true, Logger: quietPebbleLogger{},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("storage: open the index read-only: %w", err)
@@ -382,6 +388,16 @@ func (c *checker) scan(p byte, fn func(k, v []byte) error) error {
 		return fmt.Errorf("storage: read the index: %w", err)
 	}
 	return nil
+}
+
+// quietPebbleLogger drops Pebble's messages: Check reports what it finds
+// itself, and a read-only index does no background work.
+type quietPebbleLogger struct{}
+
+func (quietPebbleLogger) Infof(string, ...any)  {}
+func (quietPebbleLogger) Errorf(string, ...any) {}
+func (quietPebbleLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("pebble: "+format, args...))
 }
 
 // sameJob compares the fields a queue-order key's copy must share with the

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,7 +116,7 @@ func TestCheckFindsDamageAndInconsistencies(t *testing.T) {
 	}
 	// And one counter off.
 	db, err := pebble.Open(filepath.Join(dir, indexDir), &pebble.Options{FS: vfs.Default, DisableWAL: true,
-		Logger: pebbleLogger{l: slog.New(slog.DiscardHandler)}})
+		Logger: quietPebbleLogger{}})
 	if err != nil {
 		t.Fatal(err)
 	}

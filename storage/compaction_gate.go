@@ -24,10 +24,13 @@ import (
 // replay may flush memtables, and with L0 at its stop-writes threshold it
 // would wait for a compaction the gate did not allow.)
 type compactionGate struct {
-	mu      sync.Mutex
-	db      pebble.DBForCompaction
-	open    bool // grants allowed
-	closed  bool
+	mu     sync.Mutex
+	db     pebble.DBForCompaction
+	open   bool // grants allowed
+	closed bool
+	// held: the store failed and fenced the index; no compaction may
+	// start (see hold).
+	held    bool
 	running int // compactions granted and not yet done
 
 	poke chan struct{} // capacity 1: wakes the granter
@@ -59,6 +62,18 @@ func (g *compactionGate) Unregister() {
 	<-g.done
 }
 
+// hold grants no compaction from now on: the store failed. Most
+// compactions would wait at the fence (fence.go), but a move compaction
+// writes only a MANIFEST edit, which after a failed MANIFEST write fails at
+// once, every time: Pebble would retry it in a loop. (Delete-only
+// compactions bypass the scheduler; a failed MANIFEST can still make those
+// retry.)
+func (g *compactionGate) hold() {
+	g.mu.Lock()
+	g.held = true
+	g.mu.Unlock()
+}
+
 // Open lets compactions run: the store is open.
 func (g *compactionGate) Open() {
 	g.mu.Lock()
@@ -80,7 +95,7 @@ func (g *compactionGate) wake() {
 func (g *compactionGate) TrySchedule() (bool, pebble.CompactionGrantHandle) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.open || g.closed || g.running >= g.db.GetAllowedWithoutPermission() {
+	if !g.open || g.closed || g.held || g.running >= g.db.GetAllowedWithoutPermission() {
 		return false, nil
 	}
 	g.running++
@@ -119,7 +134,7 @@ func (g *compactionGate) granter() {
 func (g *compactionGate) reserve() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.open || g.closed || g.running >= g.db.GetAllowedWithoutPermission() {
+	if !g.open || g.closed || g.held || g.running >= g.db.GetAllowedWithoutPermission() {
 		return false
 	}
 	g.running++

@@ -115,3 +115,28 @@ func TestCompactionGate(t *testing.T) {
 		t.Fatal("TrySchedule granted after Unregister")
 	}
 }
+
+// TestCompactionGateHold: once the store failed, the gate grants nothing
+// more, neither through the granter nor TrySchedule: a move compaction
+// (a MANIFEST edit alone) would otherwise fail and be retried in a loop
+// after a failed MANIFEST write.
+func TestCompactionGateHold(t *testing.T) {
+	db := &fakeCompactor{allowed: 2, waiting: 5, changed: make(chan struct{}, 1)}
+	g := newCompactionGate()
+	g.Register(2, db)
+	defer g.Unregister()
+	g.Open()
+	db.waitScheduled(t, 2)
+	g.hold()
+	db.handles[0].Done()
+	db.handles[1].Done()
+	for range 2 { // two rounds of the granter
+		g.poke <- struct{}{}
+	}
+	if ok, _ := g.TrySchedule(); ok {
+		t.Fatal("TrySchedule granted a compaction after hold")
+	}
+	if s, _ := db.state(); s != 2 {
+		t.Fatalf("%d compactions scheduled, want the 2 before hold", s)
+	}
+}

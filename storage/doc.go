@@ -88,10 +88,24 @@
 //     QueueTime (retry, only while active: a queued job is not requeued)
 //     and Etime (ttl), and no others.
 //   - The index on disk never reflects a record that is not durable in the
-//     AOF; after an AOF failure the index is fenced (it can no longer write
-//     files) and the store refuses every operation with ErrFailed until it is
-//     reopened.
+//     AOF; after an AOF failure — or an I/O error on the index's own files,
+//     or a fatal error from Pebble (ErrIndexFailed) — the index is fenced
+//     (Pebble's attempts to create files block until Close, so its retries
+//     do not spin: fence.go) and the store refuses every operation with
+//     ErrFailed until it is reopened. Pebble's errors are logged at WARN,
+//     rate-limited (pebble_events.go); Pebble's Fatalf fails the store and
+//     never ends the process. A corrupt index file (a block whose checksum
+//     does not match) fails the store with ErrIndexCorrupt, naming the file
+//     and its key range; the read that met it returns that error, the
+//     others go on.
 //   - An at-most-once job's delivery is fsynced before Deliver returns.
+//   - A store that Open finds with less free space than
+//     Options.ReadOnlyBelow (and an index to read) writes nothing: Pebble
+//     opens read-only, the AOF's tail is replayed into the write buffer
+//     alone, and the store is failed from the start with ErrNoSpace — it
+//     reads, and refuses every write — until it is reopened once
+//     RoomToWrite reports room. (On a full disk a writable Pebble fails at
+//     Open writing its MANIFEST.)
 //
 // # Concurrency
 //
@@ -102,6 +116,12 @@
 // for the buffer and the job cache and reads Pebble after releasing it; a
 // scan (queue order, schedule, jobs) holds it for the whole merge of the
 // buffer with its Pebble iterator, which is why scans return bounded pages.
+// Close may run while reads do (a server swapping a failed store for a
+// reopened one): reads that reach Pebble or the AOF past the commit lock
+// hold a shared lock that Close takes exclusively before it closes them, and
+// every read and operation after Close returns ErrClosed (Stats and
+// IndexMetrics, which return no error, return what is in memory and empty
+// metrics).
 //
 // # In memory
 //

@@ -60,6 +60,15 @@ type Options struct {
 	// nothing acknowledged is lost to pages the operating system dropped
 	// after the failed fsync (see wal.Options.Rewrite). Default nil.
 	Rewrite *wal.Unsynced
+	// ReadOnlyBelow: when the filesystem holding the store has fewer free
+	// bytes than this at Open, the store opens read-only (the index without
+	// writing to it, the AOF's tail replayed into memory only) instead of
+	// failing as Pebble does on a full disk: it serves reads and refuses
+	// every write with ErrNoSpace; reopen it once RoomToWrite says there is
+	// room. Default 2 × MemTableSize (room for the flushes of a replay and
+	// a checkpoint); negative: never (a filesystem that cannot tell never
+	// either).
+	ReadOnlyBelow int64
 }
 
 // DefaultOptions returns the options a server uses.
@@ -121,6 +130,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.ReadOnlyBelow == 0 {
+		o.ReadOnlyBelow = 2 * int64(o.MemTableSize)
 	}
 }
 

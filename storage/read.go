@@ -19,6 +19,15 @@ import (
 
 // Job returns the job with id, or ErrNotFound.
 func (s *Store) Job(id string) (*Job, error) {
+	if err := s.pin(); err != nil {
+		return nil, err
+	}
+	defer s.unpin()
+	return s.job(id)
+}
+
+// job is Job for a caller that holds the pin.
+func (s *Store) job(id string) (*Job, error) {
 	if len(id) != JobIDLen {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
@@ -48,6 +57,10 @@ func (s *Store) Job(id string) (*Job, error) {
 
 // Body reads a job's body from the AOF, checking the record's checksum.
 func (s *Store) Body(j *Job) ([]byte, error) {
+	if err := s.pin(); err != nil {
+		return nil, err
+	}
+	defer s.unpin()
 	r, err := s.log.ReadSized(j.BodyLSN, bodyRecordHint(j))
 	if err != nil {
 		return nil, fmt.Errorf("storage: body of %s: %w", j.ID, err)
@@ -59,6 +72,10 @@ func (s *Store) Body(j *Job) ([]byte, error) {
 // the records that lie close together in the AOF (jobs added together, a
 // GETJOB COUNT's usual catch) with one read instead of one each.
 func (s *Store) Bodies(jobs []*Job) ([][]byte, error) {
+	if err := s.pin(); err != nil {
+		return nil, err
+	}
+	defer s.unpin()
 	lsns := make([]wal.LSN, len(jobs))
 	hints := make([]int, len(jobs))
 	for i, j := range jobs {
@@ -139,6 +156,9 @@ func scanPage[T any](s *Store, lower, upper []byte, reverse bool, limit int, dec
 	var derr error
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed { // Close sets it under mu before it closes Pebble
+		return nil, ErrClosed
+	}
 	err := s.scanMerged(lower, upper, reverse, func(k, v []byte) bool {
 		var x T
 		if x, derr = decode(k, v); derr != nil {
@@ -147,7 +167,7 @@ func scanPage[T any](s *Store, lower, upper []byte, reverse bool, limit int, dec
 		out = append(out, x)
 		return len(out) < limit
 	})
-	if err = errors.Join(derr, err); err != nil {
+	if err = errors.Join(derr, s.indexErr(err)); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -250,17 +270,20 @@ type Stats struct {
 	Verify VerifyStats
 }
 
-// Stats returns the store's counters.
+// Stats returns the store's counters. After Close it returns those kept in
+// memory and no AOF figures.
 func (s *Store) Stats() Stats {
+	if err := s.pin(); err != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.countersLocked()
+	}
+	defer s.unpin()
 	segs := s.log.Segments()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Jobs: s.jobs, Queues: len(s.queued), Applied: s.applied, Collect: s.collected,
-		AOFEnd: s.log.End(), AOFFsyncs: s.log.Fsyncs(),
-		WriteBufferBytes: s.buf.bytes, WriteBufferFlushes: s.buf.flushes, Verify: s.verifyStats()}
-	for _, n := range s.queued {
-		st.Queued += n
-	}
+	st := s.countersLocked()
+	st.AOFEnd, st.AOFFsyncs = s.log.End(), s.log.Fsyncs()
 	st.Segments = make([]SegmentStat, len(segs))
 	for i, seg := range segs {
 		l := s.segments[seg.First]
@@ -273,6 +296,16 @@ func (s *Store) Stats() Stats {
 			Active:       i == len(segs)-1,
 			Checkpointed: i < len(segs)-1 && seg.First+wal.LSN(seg.Size) <= s.durableApplied,
 		}
+	}
+	return st
+}
+
+// countersLocked is Stats' in-memory part. mu is held.
+func (s *Store) countersLocked() Stats {
+	st := Stats{Jobs: s.jobs, Queues: len(s.queued), Applied: s.applied, Collect: s.collected,
+		WriteBufferBytes: s.buf.bytes, WriteBufferFlushes: s.buf.flushes, Verify: s.verifyStats()}
+	for _, n := range s.queued {
+		st.Queued += n
 	}
 	return st
 }
@@ -292,11 +325,22 @@ func (s *Store) Durable() wal.LSN { return s.log.Durable() }
 // Sync makes every operation that has returned durable, whatever the fsync
 // policy.
 func (s *Store) Sync() error {
+	if err := s.pin(); err != nil {
+		return err
+	}
+	defer s.unpin()
 	return s.log.Sync()
 }
 
-// IndexMetrics returns the Pebble index's metrics (levels, cache, flushes).
-func (s *Store) IndexMetrics() *pebble.Metrics { return s.db.Metrics() }
+// IndexMetrics returns the Pebble index's metrics (levels, cache, flushes);
+// empty ones after Close.
+func (s *Store) IndexMetrics() *pebble.Metrics {
+	if err := s.pin(); err != nil {
+		return &pebble.Metrics{}
+	}
+	defer s.unpin()
+	return s.db.Metrics()
+}
 
 // DiskUsage reports the space of the filesystem holding the store. An
 // in-memory store reports vfs.ErrUnsupported.

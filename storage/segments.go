@@ -108,6 +108,10 @@ const (
 // is safe, and the segment stays until a later rewrite finishes the job.
 func (s *Store) RewriteSegment(ctx context.Context, first wal.LSN) (RewriteResult, error) {
 	var res RewriteResult
+	if err := s.pin(); err != nil {
+		return res, err
+	}
+	defer s.unpin()
 	var ops []*op
 	var batchBytes int
 	flush := func() error {
@@ -150,7 +154,7 @@ func (s *Store) RewriteSegment(ctx context.Context, first wal.LSN) (RewriteResul
 		}
 		// Check liveness before copying the body: most bodies of a segment
 		// worth rewriting are dead. The commit checks again under the lock.
-		j, err := s.Job(id)
+		j, err := s.job(id) // the rewrite holds the pin
 		if errors.Is(err, ErrNotFound) {
 			res.Skipped++
 			return nil
@@ -213,6 +217,10 @@ func bodyRecordID(r wal.Record) (string, error) {
 // left to Pebble's own heuristics: they are read by point lookups, which
 // tombstones barely slow down.
 func (s *Store) CompactOrderIndex(ctx context.Context) error {
+	if err := s.pin(); err != nil {
+		return err
+	}
+	defer s.unpin()
 	if err := s.db.Compact(ctx, []byte{prefixQueue}, []byte{prefixSchedule + 1}, false); err != nil {
 		return fmt.Errorf("storage: compact the order index: %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/diskque/diskque/internal/durable"
 	"github.com/diskque/diskque/wal"
 )
@@ -35,7 +35,7 @@ type Store struct {
 	failed  error   // sticky: the index and the log may disagree; reopen
 	// failedCh is closed when failed is set.
 	failedCh chan struct{}
-	closed   bool
+	closed   bool // set under mu by Close before it closes any file
 	scratch  []byte
 	kbuf     []byte       // index key scratch for putJob
 	vbuf     []byte       // index value scratch for putJob
@@ -70,6 +70,27 @@ type Store struct {
 	ckptDone       chan struct{}
 	recoveryInfo   RecoveryInfo
 	verify         verifier // the background verification, see verify.go
+
+	// closeMu orders the reads that reach Pebble or the AOF without mu
+	// (a point read after the buffer, a body read, a scan of a segment)
+	// against Close: they hold it shared for that access (pin), and Close
+	// takes it exclusively before it closes Pebble and the log, so nothing
+	// reaches a closed Pebble (which panics). Lock order: closeMu, then mu.
+	// No pinned read takes the pin again (an RWMutex with Close waiting
+	// would deadlock): internal helpers never pin.
+	closeMu     sync.RWMutex
+	filesClosed bool // guarded by closeMu: reads return ErrClosed
+	closeOnce   sync.Once
+	closeErr    error
+
+	// pebbleLog rate-limits Pebble's error lines; failing is set by the
+	// first failAsync (pebble_events.go).
+	pebbleLog *rateLimitedLog
+	failing   atomic.Bool
+	// readOnly: Open found no room to write (ErrNoSpace). Pebble is open
+	// read-only and the replayed tail lives in the write buffer only.
+	readOnly bool
+	gate     *compactionGate // the index's compaction scheduler
 }
 
 // segmentLive counts the bodies of one AOF segment still referenced by jobs.
@@ -109,6 +130,16 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage: lock %s (is another server using it?): %w", dir, err)
 	}
+	// Decide before Pebble writes anything: on a full disk a read-write
+	// Pebble fails at Open (its MANIFEST), which ends the process.
+	// (A new store opens writable whatever the space: there is nothing
+	// to read yet, and creating it takes little.)
+	free, room := roomToWrite(fs, dir, opts)
+	if !room {
+		if desc, err := pebble.Peek(fs.PathJoin(dir, indexDir), fs); err != nil || !desc.Exists {
+			room = true
+		}
+	}
 	s := &Store{
 		opts:          opts,
 		dir:           dir,
@@ -124,15 +155,60 @@ func Open(dir string, opts Options) (*Store, error) {
 		buf:           newWriteBuffer(),
 		ckptStop:      make(chan struct{}),
 		ckptDone:      make(chan struct{}),
+		pebbleLog:     &rateLimitedLog{l: opts.Logger, every: pebbleLogEvery},
+		readOnly:      !room,
 	}
 	if err := s.open(); err != nil {
 		s.closeFiles()
+		if s.readOnly {
+			err = fmt.Errorf("%w (%d bytes free, %d needed): %w", ErrNoSpace, free, opts.ReadOnlyBelow, err)
+		}
 		return nil, err
+	}
+	if s.readOnly {
+		// A store that cannot write is a failed one that still reads:
+		// every write refuses, GETJOB hands out durable jobs without
+		// recording them, and a server reopens it once there is room.
+		s.failed = fmt.Errorf("%w: %d bytes free, %d needed to write", ErrNoSpace, free, opts.ReadOnlyBelow)
+		close(s.failedCh)
+		s.opts.Logger.Warn("storage: the disk is nearly full: the store is open read-only; it serves reads and refuses writes until it is reopened with room to write",
+			"free_bytes", free, "needed_bytes", opts.ReadOnlyBelow, "dir", dir)
 	}
 	go s.checkpointLoop()
 	s.startVerify()
 	return s, nil
 }
+
+// ErrNoSpace is wrapped (in ErrFailed) by every write to a store that Open
+// found without room to write (see Options.ReadOnlyBelow): it serves reads
+// only. Reopen it once RoomToWrite reports room.
+var ErrNoSpace = errors.New("storage: not enough free disk space to write; the store is read-only")
+
+// roomToWrite measures the free space of the filesystem holding dir against
+// opts.ReadOnlyBelow; room when it cannot tell.
+func roomToWrite(fs vfs.FS, dir string, opts Options) (free uint64, room bool) {
+	if opts.ReadOnlyBelow < 0 {
+		return 0, true
+	}
+	u, err := fs.GetDiskUsage(dir)
+	if err != nil {
+		return 0, true
+	}
+	return u.AvailBytes, u.AvailBytes >= uint64(opts.ReadOnlyBelow)
+}
+
+// RoomToWrite reports whether a store opened on dir with opts would be
+// writable: whether the disk has Options.ReadOnlyBelow free bytes. A server
+// whose store is read-only (ErrNoSpace) asks it to know when to reopen.
+func RoomToWrite(dir string, opts Options) bool {
+	opts.EnsureDefaults()
+	_, room := roomToWrite(opts.FS, dir, opts)
+	return room
+}
+
+// ReadOnly reports whether the store was opened read-only for want of disk
+// space (see ErrNoSpace).
+func (s *Store) ReadOnly() bool { return s.readOnly }
 
 func (s *Store) open() error {
 	fs := s.opts.FS
@@ -140,24 +216,13 @@ func (s *Store) open() error {
 	var err error
 	// The index opens first: its applied LSN tells the AOF which gaps are
 	// segments the collector removed (below it) and which would be loss.
-	s.fence = &fenceFS{FS: fs}
+	s.fence = newFenceFS(fs)
 	popts := &pebble.Options{
-		FS:           s.fence,
-		DisableWAL:   true,
-		MemTableSize: s.opts.MemTableSize,
-		Logger:       pebbleLogger{l: s.opts.Logger, fence: s.fence},
-		EventListener: &pebble.EventListener{
-			// Pebble persists a memtable only after this returns: make every
-			// record the memtable holds durable in the AOF first.
-			FlushBegin: func(pebble.FlushInfo) {
-				// Before the AOF is open the index holds nothing from it.
-				if l := s.logRef.Load(); l != nil {
-					if err := l.Sync(); err != nil {
-						s.fence.fence(err)
-					}
-				}
-			},
-		},
+		FS:            s.fence,
+		DisableWAL:    true,
+		MemTableSize:  s.opts.MemTableSize,
+		Logger:        pebbleLogger{s: s},
+		EventListener: s.eventListener(), // pebble_events.go
 	}
 	// Every Add checks that its id is new, and ids are random: bloom filters
 	// answer those misses without reading blocks.
@@ -180,7 +245,10 @@ func (s *Store) open() error {
 	// threshold keeps Pebble's ratio of 3.
 	popts.L0CompactionThreshold = 12
 	popts.L0StopWritesThreshold = 36
+	// Read-only, Pebble writes nothing: no MANIFEST, no OPTIONS file.
+	popts.ReadOnly = s.readOnly
 	gate := newCompactionGate()
+	s.gate = gate
 	popts.Experimental.CompactionScheduler = gate
 	s.db, err = pebble.Open(fs.PathJoin(s.dir, indexDir), popts)
 	if err != nil {
@@ -197,6 +265,10 @@ func (s *Store) open() error {
 	s.durableApplied = s.applied
 	wopts := s.opts.walOptions()
 	wopts.Checkpoint = s.applied
+	// Read-only, the log is not repaired either (a torn tail is left as it
+	// is and the log ends before it): a repair rewrites the segment, which
+	// needs the room the disk does not have.
+	wopts.ReadOnly = s.readOnly
 	if s.log, err = wal.Open(fs.PathJoin(s.dir, walDir), wopts); err != nil {
 		return err
 	}
@@ -208,6 +280,9 @@ func (s *Store) open() error {
 		return err
 	}
 	s.lastCkptEnd = s.log.End()
+	if s.nodeID == "" && s.readOnly {
+		return errors.New("storage: the store has no node id yet")
+	}
 	if s.nodeID == "" {
 		// The node id names this store's jobs: make it durable now, whatever
 		// the fsync policy, so a crash cannot give the store a new one.
@@ -229,6 +304,10 @@ func (s *Store) loadMeta() error {
 		return err
 	}
 	switch ver, _ := binary.Uvarint(v); {
+	case s.readOnly:
+		// An index that never flushed (nil: the replay rebuilds it all in
+		// memory), format 1 or 2: all read; the mark waits for a writable
+		// open.
 	case v == nil || ver == 1:
 		// A new index, or one of format 1, whose values this build still
 		// reads: it is format 2 from the first value written, and an
@@ -318,10 +397,16 @@ func (s *Store) replay() error {
 		}
 		s.applied = next
 		n++
-		if len(s.buf.rangeDels) > 0 || s.buf.bytes >= 8*s.opts.WriteBufferSize {
+		// Read-only, the tail stays in the buffer (Pebble takes no write).
+		if !s.readOnly && (len(s.buf.rangeDels) > 0 || s.buf.bytes >= 8*s.opts.WriteBufferSize) {
 			if err := s.flushBufferLocked(); err != nil {
 				return err
 			}
+		}
+		// An index that failed under the replay (an I/O error, fenced)
+		// would stall it once its memtables are full: stop.
+		if s.fence.fenced() {
+			return fmt.Errorf("%w: the index failed during the replay", ErrIndexFailed)
 		}
 		if time.Since(lastLog) > 2*time.Second {
 			lastLog = time.Now()
@@ -329,7 +414,7 @@ func (s *Store) replay() error {
 		}
 		return nil
 	})
-	if err == nil {
+	if err == nil && !s.readOnly {
 		err = s.flushBufferLocked()
 	}
 	if s.flushBatch != nil {
@@ -367,6 +452,29 @@ var ErrClosed = errors.New("storage: store closed")
 // fsync failed, or the index refused a batch. Close and reopen the store to
 // recover what was durable.
 var ErrFailed = errors.New("storage: store failed earlier; reopen it")
+
+// fenceIndex stops the index from persisting anything more: file
+// creation blocks (fence.go) and no compaction starts (compactionGate.hold).
+// It takes no lock of the store's: Pebble's callbacks call it.
+func (s *Store) fenceIndex(err error) {
+	s.fence.fence(err)
+	if s.gate != nil {
+		s.gate.hold()
+	}
+}
+
+// pin holds off Close while a read uses Pebble or the log outside mu; it
+// returns ErrClosed once Close has begun closing them. Release with unpin.
+func (s *Store) pin() error {
+	s.closeMu.RLock()
+	if s.filesClosed {
+		s.closeMu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) unpin() { s.closeMu.RUnlock() }
 
 func (s *Store) usableLocked() error {
 	if s.closed {
@@ -410,11 +518,15 @@ func (s *Store) fail(err error) {
 // failLocked makes the store unusable and fences the index so that no batch
 // whose record may be missing from the log is ever persisted.
 func (s *Store) failLocked(err error) {
-	s.fence.fence(err)
+	s.fenceIndex(err)
 	if s.failed == nil {
 		s.failed = err
 		close(s.failedCh)
-		s.opts.Logger.Error("storage: store failed; reopen to recover", "err", err)
+		if errors.Is(err, ErrIndexCorrupt) {
+			s.opts.Logger.Error("storage: the index is corrupt: the store refuses writes until the index is rebuilt from the aof (reads go on, but not of the damaged keys)", "err", err)
+		} else {
+			s.opts.Logger.Error("storage: the store failed: it refuses writes until it is reopened (reads go on)", "err", err)
+		}
 	}
 }
 
@@ -424,7 +536,7 @@ func (s *Store) get(r pebble.Reader, key []byte) ([]byte, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, s.indexErr(err)
 	}
 	out := append([]byte(nil), v...)
 	closer.Close()
@@ -437,7 +549,7 @@ func (s *Store) getJob(r pebble.Reader, id string) (*Job, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, s.indexErr(err)
 	}
 	defer closer.Close()
 	return decodeJob(id, v, s.selfNodes)
@@ -463,18 +575,25 @@ func (s *Store) getBuffered(id string) (j *Job, found bool, err error) {
 func (s *Store) scanPrefix(prefix []byte, fn func(k, v []byte) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
 	var ferr error
 	err := s.scanMerged(prefix, prefixEnd(prefix), false, func(k, v []byte) bool {
 		ferr = fn(k, v)
 		return ferr == nil
 	})
-	return errors.Join(ferr, err)
+	return errors.Join(ferr, s.indexErr(err))
 }
 
 // Checkpoint makes the index durable up to everything applied so far and
 // removes the AOF segments that neither the index nor any live body needs.
 // After it, a restart replays only what was applied after it.
 func (s *Store) Checkpoint() error {
+	if err := s.pin(); err != nil {
+		return err
+	}
+	defer s.unpin()
 	s.ckptMu.Lock()
 	defer s.ckptMu.Unlock()
 	s.mu.Lock()
@@ -580,7 +699,8 @@ func (s *Store) checkpointLoop() {
 		case <-tick:
 		case <-s.ckptKick:
 		}
-		if err := s.Checkpoint(); err != nil && !errors.Is(err, ErrClosed) {
+		// A failed store said so once: a failed checkpoint a minute is noise.
+		if err := s.Checkpoint(); err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrFailed) {
 			s.opts.Logger.Error("storage: checkpoint failed", "err", err)
 		}
 	}
@@ -588,13 +708,16 @@ func (s *Store) checkpointLoop() {
 
 // Close checkpoints (so the next Open replays nothing), then closes the index
 // and the AOF. It runs every step and returns the first error. After a failure
-// it skips the checkpoint: the next Open recovers from the log.
+// it skips the checkpoint: the next Open recovers from the log. Reads and
+// operations running meanwhile finish first or return ErrClosed, as does
+// everything after it; Close may be called more than once, concurrently too.
 func (s *Store) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Store) close() error {
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
 	failed := s.failed
 	s.mu.Unlock()
 	close(s.ckptStop)
@@ -604,9 +727,17 @@ func (s *Store) Close() error {
 	if failed == nil {
 		errs = append(errs, s.Checkpoint())
 	}
+	// Operations (which check closed under mu) refuse from here on; then
+	// the reads that reach Pebble or the log without mu drain.
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
+	// A fenced index's blocked flush or compaction may hold a read here
+	// (CompactOrderIndex waits for its compaction): let them fail first.
+	s.fence.release()
+	s.closeMu.Lock()
+	s.filesClosed = true
+	s.closeMu.Unlock()
 	errs = append(errs, s.closeFiles())
 	for _, err := range errs {
 		if err != nil {
@@ -623,6 +754,9 @@ func (s *Store) closeFiles() error {
 		s.flushBatch = nil
 	}
 	if s.db != nil {
+		// Pebble's Close waits for its flush and compactions, which a
+		// fenced index holds blocked (fence.go) until this.
+		s.fence.release()
 		errs = append(errs, s.db.Close())
 	}
 	if s.log != nil {
@@ -637,29 +771,6 @@ func (s *Store) closeFiles() error {
 		}
 	}
 	return nil
-}
-
-// pebbleLogger routes Pebble's messages to slog. Once the index is fenced
-// Pebble retries its failing flushes in a loop; those errors go to Debug.
-type pebbleLogger struct {
-	l     *slog.Logger
-	fence *fenceFS
-}
-
-func (p pebbleLogger) Infof(format string, args ...any) {
-	p.l.Debug("pebble: " + fmt.Sprintf(format, args...))
-}
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	if p.fence != nil && p.fence.check() != nil {
-		p.l.Debug("pebble (index fenced): " + fmt.Sprintf(format, args...))
-		return
-	}
-	p.l.Error("pebble: " + fmt.Sprintf(format, args...))
-}
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	p.l.Error("pebble: fatal: " + msg)
-	panic("pebble: " + msg)
 }
 
 // setNodeID records the store's node id.

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -171,14 +172,45 @@ func run(cfg config) error {
 	case serveErr = <-served:
 		log.Error("server stopped", "err", serveErr)
 	}
+	// The graceful path below has shutdownTimeout, and a second signal ends
+	// it at once: nothing — a store on a dead disk, a stuck client — keeps
+	// the process from exiting when asked to.
+	var stage atomic.Pointer[string]
+	setStage := func(s string) { stage.Store(&s) }
+	setStage("closing client connections")
+	finished := make(chan struct{})
+	defer close(finished)
+	go watchShutdown(log, signals, finished, shutdownTimeout, func() string { return *stage.Load() }, os.Exit)
 	// Stop accepting and close connections (commands in flight finish and
 	// their replies are durable), then stop the timers, then checkpoint.
 	srv.Close()
 	// A running collection finishes (what it moved is safe), the timers
 	// stop, the store checkpoints.
+	setStage("closing the store (its checkpoint)")
 	if err := n.close(); err != nil {
 		return fmt.Errorf("close storage: %w", err)
 	}
 	log.Info("bye")
 	return serveErr
+}
+
+// shutdownTimeout bounds a graceful shutdown.
+const shutdownTimeout = 10 * time.Second
+
+// watchShutdown ends the process with status 1 if the shutdown has not
+// finished within timeout, or at once on another signal, logging which
+// stage did not finish (stage says).
+func watchShutdown(log *slog.Logger, signals <-chan os.Signal, finished <-chan struct{}, timeout time.Duration,
+	stage func() string, exit func(int)) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-finished:
+	case sig := <-signals:
+		log.Error("second signal: exiting without finishing the shutdown", "signal", sig.String(), "unfinished", stage())
+		exit(1)
+	case <-t.C:
+		log.Error("the shutdown did not finish in time: exiting", "timeout", timeout.String(), "unfinished", stage())
+		exit(1)
+	}
 }

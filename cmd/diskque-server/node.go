@@ -13,6 +13,7 @@ import (
 	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/server"
 	"github.com/diskque/diskque/storage"
+	"github.com/diskque/diskque/wal"
 )
 
 // node is the part of the daemon that a disk failure can take down and a
@@ -24,10 +25,21 @@ import (
 // every write with -IOERR, while reads keep being served from it. The node
 // then probes the data directory every RetryInterval; once a probe file can
 // be written and fsynced again it swaps the store out for a fresh one opened
-// on the same directory: clients get -LOADING for the moment of the swap,
-// the new store replays exactly what is durable, and writes resume. Nothing
-// that was acknowledged is lost: an acknowledged write was written (and,
-// under appendfsync always, fsynced) before its reply.
+// on the same directory: clients get -LOADING for the moment of the swap
+// (the old store closes only once every command that was using it has
+// finished), the new store replays exactly what is durable, and writes
+// resume. Nothing that was acknowledged is lost: an acknowledged write was
+// written (and, under appendfsync always, fsynced) before its reply.
+//
+// A store opened on a nearly full disk is read-only (storage.ErrNoSpace):
+// it serves reads and answers writes with -NOSPACE, and the node reopens it
+// once the disk has room for a writable store (storage.RoomToWrite), as it
+// reopens a failed one — so a restart on a full disk starts, instead of
+// dying in Pebble's Open.
+//
+// A corrupt index (storage.ErrIndexCorrupt) is not reopened: the same damage
+// would fail it again. The node logs once that the index must be rebuilt
+// from the AOF and serves what it can read until it is stopped.
 type node struct {
 	dir    string
 	sopts  storage.Options
@@ -47,6 +59,10 @@ type node struct {
 	started  atomic.Bool // run was started: close waits for done
 	done     chan struct{}
 	reopens  int // guarded by mu; for tests and logs
+	// rewrite is what a store that failed an fsync kept of its unsynced
+	// writes, for the next open to write again (storage.Options.Rewrite).
+	// Guarded by mu.
+	rewrite *wal.Unsynced
 }
 
 func newNode(dir string, sopts storage.Options, gcOpts gc.Options, srv *server.Server, log *slog.Logger) *node {
@@ -57,9 +73,20 @@ func newNode(dir string, sopts storage.Options, gcOpts gc.Options, srv *server.S
 // open opens the store, the broker and the collector and hands them to the
 // server, which then serves (until then it answers -LOADING).
 func (n *node) open() error {
-	st, err := storage.Open(n.dir, n.sopts)
+	sopts := n.sopts
+	n.mu.Lock()
+	sopts.Rewrite = n.rewrite
+	n.mu.Unlock()
+	st, err := storage.Open(n.dir, sopts)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", n.dir, err)
+	}
+	if sopts.Rewrite != nil {
+		n.log.Info("wrote again what the failed store had written since its last successful fsync",
+			"bytes", len(sopts.Rewrite.Data), "from_lsn", sopts.Rewrite.Synced)
+		n.mu.Lock()
+		n.rewrite = nil
+		n.mu.Unlock()
 	}
 	ri := st.RecoveryInfo()
 	stats := st.Stats()
@@ -70,11 +97,15 @@ func (n *node) open() error {
 		st.Close()
 		return err
 	}
-	collector, err := gc.New(st, n.gcOpts)
-	if err != nil {
-		broker.Close()
-		st.Close()
-		return err
+	// A read-only store (a full disk) has nothing to collect: its
+	// collector would only fail every interval.
+	var collector *gc.Collector
+	if !st.ReadOnly() {
+		if collector, err = gc.New(st, n.gcOpts); err != nil {
+			broker.Close()
+			st.Close()
+			return err
+		}
 	}
 	go broker.Run()
 	n.mu.Lock()
@@ -99,17 +130,33 @@ func (n *node) run() {
 			return
 		case <-st.Failed():
 		}
-		n.log.Error("the append-only file failed: writes are refused until the disk works again",
-			"err", st.Err(), "dir", n.dir, "retry_every", n.retry)
-		if !n.recover() {
+		ready := n.probeDisk
+		switch err := st.Err(); {
+		case errors.Is(err, storage.ErrIndexCorrupt):
+			// A reopen would meet the same damage: the index must be
+			// rebuilt from the AOF, which is intact. (The rebuild, when
+			// there is one, starts here or at the next start.)
+			n.log.Error(indexCorruptAdvice, "err", err, "dir", n.dir)
+			<-n.stop
+			return
+		case errors.Is(err, storage.ErrNoSpace):
+			n.log.Warn("the disk is nearly full: reads are served and writes get -NOSPACE until there is room; then the store reopens by itself",
+				"err", err, "dir", n.dir, "check_every", n.retry)
+			ready = n.roomToWrite
+		default:
+			n.log.Error("the store failed: writes are refused (reads go on) and the store is reopened once the disk accepts writes again",
+				"err", err, "dir", n.dir, "probe_every", n.retry)
+		}
+		if !n.recover(ready) {
 			return
 		}
 	}
 }
 
-// recover probes the disk until it works, then reopens the node; false if
-// stop came first.
-func (n *node) recover() bool {
+// recover waits until ready says the disk can take the store's writes,
+// checking every retry interval, then reopens the node; false if stop came
+// first.
+func (n *node) recover(ready func() error) bool {
 	t := time.NewTicker(n.retry)
 	defer t.Stop()
 	for {
@@ -118,12 +165,11 @@ func (n *node) recover() bool {
 			return false
 		case <-t.C:
 		}
-		if err := probeDisk(n.sopts.FS, n.dir); err != nil {
-			n.log.Debug("disk probe failed", "err", err)
+		if err := ready(); err != nil {
+			n.log.Debug("the disk cannot take writes yet", "err", err)
 			continue
 		}
 		n.log.Info("the disk accepts writes again: reopening the store")
-		n.srv.SetBroker(nil) // -LOADING while the store is swapped
 		if err := n.closeParts(); err != nil {
 			n.log.Warn("closing the failed store", "err", err)
 		}
@@ -137,6 +183,24 @@ func (n *node) recover() bool {
 		n.log.Info("ready to accept commands again")
 		return true
 	}
+}
+
+// indexCorruptAdvice is what the log says once the store found its index
+// corrupt.
+const indexCorruptAdvice = "the index is corrupt: writes are refused, and reads of the damaged keys fail, " +
+	"until it is rebuilt from the append-only file (which is intact): restart with --rebuild-index; " +
+	"the store is not reopened meanwhile"
+
+func (n *node) probeDisk() error { return probeDisk(n.sopts.FS, n.dir) }
+
+// errNoRoom: the disk has less free space than a writable store needs.
+var errNoRoom = errors.New("not enough free disk space for a writable store yet")
+
+func (n *node) roomToWrite() error {
+	if storage.RoomToWrite(n.dir, n.sopts) {
+		return nil
+	}
+	return errNoRoom
 }
 
 // probeDisk writes, fsyncs and removes a small file in dir: the smallest
@@ -155,8 +219,11 @@ func probeDisk(fs vfs.FS, dir string) error {
 	return err
 }
 
-// closeParts closes the collector, the broker and the store, in that
-// order. A failed store skips its checkpoint: the next open replays.
+// closeParts takes the broker away from the server (new commands get
+// -LOADING), closes it (which wakes the GETJOBs blocked on it), waits until
+// every command that got it has finished, and only then closes the
+// collector and the store: a command still running would otherwise read a
+// closed store. A failed store skips its checkpoint: the next open replays.
 func (n *node) closeParts() error {
 	n.mu.Lock()
 	st, broker, collector := n.st, n.broker, n.collector
@@ -165,14 +232,26 @@ func (n *node) closeParts() error {
 	if st == nil {
 		return nil
 	}
-	collector.Close()
+	drain := n.srv.SetBroker(nil)
 	broker.Close()
-	return st.Close()
+	drain()
+	if collector != nil {
+		collector.Close()
+	}
+	err := st.Close()
+	if u := st.Unsynced(); u != nil {
+		// An fsync failed: the OS may have dropped what the store wrote
+		// since the last good one, though it still serves it from its
+		// cache. The next open writes it again from the store's own copy.
+		n.mu.Lock()
+		n.rewrite = u
+		n.mu.Unlock()
+	}
+	return err
 }
 
-// close stops watching and closes the node. The server must be closed
-// first, so that no command is running.
-// close may be called more than once.
+// close stops watching and closes the node. The server is closed first
+// (no command runs then); close may be called more than once.
 func (n *node) close() error {
 	n.stopOnce.Do(func() { close(n.stop) })
 	if n.started.Load() {
