@@ -692,12 +692,20 @@ func (s *Store) checkpointLoop() {
 		defer t.Stop()
 		tick = t.C
 	}
+	poisoned := s.log.Poisoned()
 	for {
 		select {
 		case <-s.ckptStop:
 			return
 		case <-tick:
 		case <-s.ckptKick:
+		case <-poisoned:
+			// The AOF failed on its own (under everysec its fsync runs
+			// in the background): fail the store now, not at the next
+			// write, so that writes are refused and a server reopens it.
+			s.fail(fmt.Errorf("%w: %w", ErrFailed, s.log.Err()))
+			poisoned = nil
+			continue
 		}
 		// A failed store said so once: a failed checkpoint a minute is noise.
 		if err := s.Checkpoint(); err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrFailed) {

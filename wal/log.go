@@ -55,6 +55,8 @@ type Log struct {
 	// says.
 	syncFailed bool
 	closed     bool
+	// poisoned is closed when err is first set by a failure (Poisoned).
+	poisoned chan struct{}
 
 	kick    chan struct{} // wakes the writer; capacity 1
 	stop    chan struct{}
@@ -115,12 +117,13 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	l := &Log{
-		opts:    opts,
-		dir:     dir,
-		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
-		tickerD: make(chan struct{}),
+		opts:     opts,
+		dir:      dir,
+		kick:     make(chan struct{}, 1),
+		poisoned: make(chan struct{}),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		tickerD:  make(chan struct{}),
 	}
 	l.cond = sync.NewCond(&l.mu)
 	l.readers = readerCache{fs: fs, dir: dir, files: map[LSN]vfs.File{}, removed: map[LSN]bool{}}
@@ -616,9 +619,7 @@ func (l *Log) flushPending() {
 		l.giveBuffer(c.data)
 	}
 	if err != nil && l.err == nil {
-		l.err = fmt.Errorf("%w: %w", ErrPoisoned, err)
-		l.syncFailed = syncErr
-		l.opts.Logger.Error("wal: log poisoned", "err", err)
+		l.poisonLocked(err, syncErr)
 	}
 	l.cond.Broadcast()
 }
@@ -722,11 +723,31 @@ func (l *Log) poison(err error, syncErr bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err == nil {
-		l.err = fmt.Errorf("%w: %w", ErrPoisoned, err)
-		l.syncFailed = syncErr
-		l.opts.Logger.Error("wal: log poisoned", "err", err)
+		l.poisonLocked(err, syncErr)
 	}
 	l.cond.Broadcast()
+}
+
+func (l *Log) poisonLocked(err error, syncErr bool) {
+	l.err = fmt.Errorf("%w: %w", ErrPoisoned, err)
+	l.syncFailed = syncErr
+	close(l.poisoned)
+	l.opts.Logger.Error("wal: log poisoned", "err", err)
+}
+
+// Poisoned returns a channel closed when a write or fsync fails (see
+// ErrPoisoned): an owner that does not write for a while (under everysec
+// the fsync runs on its own) still learns of it at once. Err says why.
+func (l *Log) Poisoned() <-chan struct{} { return l.poisoned }
+
+// Err returns the error that poisoned the log, or nil.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.opts.ReadOnly {
+		return nil
+	}
+	return l.err
 }
 
 // Close writes and fsyncs everything appended, then closes the files. It is

@@ -52,6 +52,14 @@ func TestFailedFsyncIsRewrittenFromMemory(t *testing.T) {
 			} else if _, _, err := l.Append(testRecord(20)); !errors.Is(err, ErrPoisoned) {
 				t.Fatalf("append with a failing disk: %v", err)
 			}
+			select {
+			case <-l.Poisoned():
+			default:
+				t.Fatal("Poisoned() not closed after a failed fsync")
+			}
+			if !errors.Is(l.Err(), errorfs.ErrInjected) {
+				t.Fatalf("Err() = %v", l.Err())
+			}
 			l.Close()
 			u := l.Unsynced()
 			if u == nil || u.Synced != durable[len(durable)-1].end {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -291,6 +292,122 @@ func TestReopenWhileCommandsRun(t *testing.T) {
 	for _, id := range ids {
 		if err := c.Do(ctx, "SHOW", id).Err(); err != nil {
 			t.Fatalf("job %s, acknowledged, is gone: %v", id, err)
+		}
+	}
+}
+
+// pageDroppingFS is the OS filesystem with fsyncgate: while armed, an fsync
+// of an AOF segment fails and the data written since that file's last good
+// fsync is lost from the disk (the file is cut back to what was synced),
+// as when Linux drops dirty pages after a failed writeback — except that
+// here the cache forgets them too, so whatever reads the file next sees the
+// loss.
+type pageDroppingFS struct {
+	vfs.FS
+	armed  atomic.Bool
+	failed atomic.Int64
+	mu     sync.Mutex
+	synced map[string]int64 // path → size at its last good fsync
+}
+
+func (fs *pageDroppingFS) wrap(path string, f vfs.File, err error) (vfs.File, error) {
+	if err != nil || !strings.HasSuffix(path, ".wal") {
+		return f, err
+	}
+	return &pageDroppingFile{File: f, fs: fs, path: path}, nil
+}
+
+func (fs *pageDroppingFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	return fs.wrap(name, f, err)
+}
+
+func (fs *pageDroppingFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.Open(name, opts...)
+	return fs.wrap(name, f, err)
+}
+
+func (fs *pageDroppingFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.OpenReadWrite(name, c, opts...)
+	return fs.wrap(name, f, err)
+}
+
+type pageDroppingFile struct {
+	vfs.File
+	fs   *pageDroppingFS
+	path string
+}
+
+func (f *pageDroppingFile) Sync() error {
+	fs := f.fs
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.armed.Load() {
+		fs.failed.Add(1)
+		if size, ok := fs.synced[f.path]; ok {
+			_ = os.Truncate(f.path, size)
+		}
+		return syscall.EIO
+	}
+	if err := f.File.Sync(); err != nil {
+		return err
+	}
+	if st, err := os.Stat(f.path); err == nil {
+		fs.synced[f.path] = st.Size()
+	}
+	return nil
+}
+
+// TestFailedFsyncLosesNoAcknowledgedJob: under appendfsync everysec an
+// ADDJOB is acknowledged once written; an fsync then fails and the pages
+// written since the last good one are lost. The node reopens the store once
+// the disk works, and the store writes those pages again from its own copy
+// (wal.Unsynced): every acknowledged job is there. Without the copy the
+// jobs added in the last second before the failure would be gone.
+func TestFailedFsyncLosesNoAcknowledgedJob(t *testing.T) {
+	dir := t.TempDir()
+	fs := &pageDroppingFS{FS: vfs.Default, synced: map[string]int64{}}
+	log := slog.New(slog.DiscardHandler)
+	srv := server.New(server.Options{Logger: log})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	sopts := storage.DefaultOptions()
+	sopts.FS, sopts.Sync, sopts.Logger = fs, wal.SyncEverySec, log
+	n := newNode(dir, sopts, gc.Options{Interval: -1, Logger: log}, srv, log)
+	n.retry = 10 * time.Millisecond
+	if err := n.open(); err != nil {
+		t.Fatal(err)
+	}
+	go n.run()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), Protocol: 2, DisableIdentity: true, MaxRetries: -1})
+	defer func() {
+		c.Close()
+		srv.Close()
+		n.close()
+	}()
+	ctx := context.Background()
+	var acked []string
+	for i := range 300 {
+		id, err := c.Do(ctx, "ADDJOB", "q", fmt.Sprint("job ", i), 0).Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		acked = append(acked, id)
+	}
+	fs.armed.Store(true) // the next fsync (the everysec one) fails
+	waitUntil(t, 10*time.Second, "the fsync to fail", func() bool { return fs.failed.Load() > 0 })
+	fs.armed.Store(false)
+	waitUntil(t, 20*time.Second, "the store to be reopened", func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.reopens > 0
+	})
+	for _, id := range acked {
+		if err := c.Do(ctx, "SHOW", id).Err(); err != nil {
+			t.Fatalf("job %s, acknowledged before the failed fsync, is gone after the reopen: %v", id, err)
 		}
 	}
 }
