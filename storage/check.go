@@ -144,8 +144,8 @@ func (c *checker) meta() error {
 	if err != nil {
 		return err
 	}
-	if ver, _ := binary.Uvarint(v); v != nil && ver != formatVersion && ver != 1 {
-		return fmt.Errorf("storage: index format %d, this build reads 1 and %d", ver, formatVersion)
+	if ver, _ := binary.Uvarint(v); v != nil && (ver < 1 || ver > formatVersion) {
+		return fmt.Errorf("storage: index format %d, this build reads 1 to %d", ver, formatVersion)
 	}
 	if v, err = c.get(keyState); err != nil {
 		return err

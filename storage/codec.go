@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/diskque/diskque/wal"
 	"github.com/klauspost/compress/s2"
@@ -31,6 +32,28 @@ const (
 	// recFlush: no payload. Every job and pause state is deleted (DEBUG
 	// FLUSHALL); the node id stays.
 	recFlush wal.RecordType = 13
+	// recMoveFull: job header, source lsn, flags, body size, stored body.
+	// recMove with the job's whole state, which the collector writes since
+	// format 3: a replay of the AOF from its first segment (an index
+	// rebuild) can then create the job from it once its ADD's segment is
+	// gone (see forward.go).
+	recMoveFull wal.RecordType = 14
+	// recSnap: job header, body lsn, body size, stored size. The job's
+	// whole state, its body left where it is: written forward before a
+	// segment holding the job's history is removed (forward.go). Applied
+	// live it changes nothing but the job's creator list; replayed it sets
+	// the job (creating it if needed).
+	recSnap wal.RecordType = 15
+	// recTomb: id, creator lsns. A deleted job's DEL written forward before
+	// the segment holding it is removed, while a record that could create
+	// the job in a replay (its ADD, MOVE or SNAP at those lsns) is still in
+	// the AOF. Replayed it deletes the job.
+	recTomb wal.RecordType = 16
+	// recMeta: node id, then every queue's pause state (count, then state
+	// and name each). Written forward before a segment holding the node id
+	// or a pause record is removed; replayed it sets the node id and
+	// replaces every pause state.
+	recMeta wal.RecordType = 17
 )
 
 // ErrBadRecord is returned when an AOF record's payload does not decode.
@@ -64,6 +87,18 @@ type op struct {
 	// move: where the body was; bodySize is its uncompressed length.
 	src      wal.LSN
 	bodySize uint32
+	// del, tomb: the lsns of the deleted job's records that could create it
+	// in a replay (Job.creatorLSNs), filled in when the deletion applies.
+	creators []wal.LSN
+	// meta: every queue's pause state.
+	pauses map[string]PauseState
+	// replay: the op is replayed from the AOF, not applied live (records
+	// carrying a whole job state set it instead of checking it).
+	replay bool
+	// rebuild: replayed into an index rebuilt from the whole AOF, whose
+	// collected history is corrected by later records (forward.go): a
+	// transition that does not apply is skipped, not an error.
+	rebuild bool
 }
 
 const flagCompressed = 1
@@ -87,8 +122,36 @@ func encodeOp(dst []byte, o *op) []byte {
 		dst = append(dst, o.id...)
 		dst = binary.AppendVarint(dst, o.qtime)
 		return binary.AppendVarint(dst, o.awake)
-	case recAck, recDel, recDequeue:
+	case recAck, recDequeue:
 		return append(dst, o.id...)
+	case recDel, recTomb:
+		dst = append(dst, o.id...)
+		return appendLSNs(dst, o.creators)
+	case recSnap:
+		dst = appendJobHeader(dst, o.job)
+		dst = binary.AppendUvarint(dst, uint64(o.job.BodyLSN))
+		dst = binary.AppendUvarint(dst, uint64(o.job.BodySize))
+		return binary.AppendUvarint(dst, uint64(o.job.StoredSize))
+	case recMeta:
+		dst = binary.AppendUvarint(dst, uint64(len(o.node)))
+		dst = append(dst, o.node...)
+		dst = binary.AppendUvarint(dst, uint64(len(o.pauses)))
+		for _, q := range sortedPauseQueues(o.pauses) {
+			dst = append(dst, byte(o.pauses[q]))
+			dst = binary.AppendUvarint(dst, uint64(len(q)))
+			dst = append(dst, q...)
+		}
+		return dst
+	case recMoveFull:
+		dst = appendJobHeader(dst, o.job)
+		dst = binary.AppendUvarint(dst, uint64(o.src))
+		flags := byte(0)
+		if o.compressed {
+			flags |= flagCompressed
+		}
+		dst = append(dst, flags)
+		dst = binary.AppendUvarint(dst, uint64(o.bodySize))
+		return append(dst, o.body...)
 	case recPause:
 		dst = append(dst, byte(o.pause))
 		return append(dst, o.queue...)
@@ -140,8 +203,54 @@ func decodeOp(typ wal.RecordType, payload []byte) (*op, error) {
 		o.id = d.id()
 		o.qtime = d.varint()
 		o.awake = d.varint()
-	case recAck, recDel, recDequeue:
+	case recAck, recDequeue:
 		o.id = d.id()
+	case recDel, recTomb:
+		o.id = d.id()
+		if len(d.b) > 0 || typ == recTomb { // a format-2 DEL is the id alone
+			o.creators = d.lsns()
+		}
+	case recSnap:
+		j := &Job{}
+		d.jobHeader(j)
+		j.BodyLSN = wal.LSN(d.uvarint())
+		j.BodySize = d.u32()
+		j.StoredSize = d.u32()
+		o.job, o.id = j, j.ID
+	case recMeta:
+		o.node = d.str()
+		n := d.uvarint()
+		if n > uint64(len(d.b)) {
+			d.fail("too many pause states")
+		}
+		o.pauses = make(map[string]PauseState, n)
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			p := PauseState(d.byte())
+			q := d.str()
+			if d.err == nil && (p == PauseNone || p > PauseAll || q == "") {
+				d.fail("bad pause state")
+			}
+			o.pauses[q] = p
+		}
+	case recMoveFull:
+		j := &Job{}
+		d.jobHeader(j)
+		o.job, o.id = j, j.ID
+		o.src = wal.LSN(d.uvarint())
+		flags := d.byte()
+		o.bodySize = d.u32()
+		j.BodySize = o.bodySize
+		o.compressed = flags&flagCompressed != 0
+		o.body = append([]byte(nil), d.rest()...)
+		switch {
+		case d.err != nil:
+		case flags&^flagCompressed != 0:
+			d.fail("unknown flags")
+		case o.bodySize > wal.MaxPayload:
+			d.fail("body size out of range")
+		case !o.compressed && len(o.body) != int(o.bodySize):
+			d.fail("body length mismatch")
+		}
 	case recPause:
 		o.pause = PauseState(d.byte())
 		o.queue = string(d.rest())
@@ -189,8 +298,13 @@ const jobEncodingVersion = 1
 // just this store's node (every job of a lone node), is a flag.
 const indexValueVersion = 2
 
-// indexFlagSelfNodes: the job's nodes are exactly the store's node.
-const indexFlagSelfNodes = 1
+// Index value flags. indexFlagSelfNodes: the job's nodes are exactly the
+// store's node. indexFlagCreators (format 3): the job's creator LSNs follow
+// the body's location (without it they are just the body's LSN).
+const (
+	indexFlagSelfNodes = 1
+	indexFlagCreators  = 2
+)
 
 // appendJobHeader encodes everything of a job but its body location.
 func appendJobHeader(dst []byte, j *Job) []byte {
@@ -231,18 +345,26 @@ func appendNodes(dst []byte, nodes []string) []byte {
 func encodeJob(dst []byte, j *Job, self string) []byte {
 	dst = append(dst, indexValueVersion)
 	selfOnly := self != "" && len(j.Nodes) == 1 && j.Nodes[0] == self
+	flags := byte(0)
 	if selfOnly {
-		dst = append(dst, indexFlagSelfNodes)
-	} else {
-		dst = append(dst, 0)
+		flags |= indexFlagSelfNodes
 	}
+	explicit := !j.creatorsAreBody()
+	if explicit {
+		flags |= indexFlagCreators
+	}
+	dst = append(dst, flags)
 	dst = appendJobFields(dst, j)
 	if !selfOnly {
 		dst = appendNodes(dst, j.Nodes)
 	}
 	dst = binary.AppendUvarint(dst, uint64(j.BodyLSN))
 	dst = binary.AppendUvarint(dst, uint64(j.BodySize))
-	return binary.AppendUvarint(dst, uint64(j.StoredSize))
+	dst = binary.AppendUvarint(dst, uint64(j.StoredSize))
+	if explicit {
+		dst = appendLSNs(dst, j.creatorLSNs)
+	}
+	return dst
 }
 
 // decodeJob decodes the index value of the job with this id, in either
@@ -251,6 +373,7 @@ func encodeJob(dst []byte, j *Job, self string) []byte {
 func decodeJob(id string, b []byte, self []string) (*Job, error) {
 	d := decoder{b: b}
 	j := &Job{}
+	flags := byte(0)
 	switch {
 	case len(b) > 0 && b[0] == jobEncodingVersion:
 		d.jobHeader(j)
@@ -259,8 +382,8 @@ func decodeJob(id string, b []byte, self []string) (*Job, error) {
 		}
 	case len(b) > 0 && b[0] == indexValueVersion:
 		d.byte()
-		flags := d.byte()
-		if flags&^indexFlagSelfNodes != 0 {
+		flags = d.byte()
+		if flags&^(indexFlagSelfNodes|indexFlagCreators) != 0 {
 			d.fail(fmt.Sprintf("unknown flags %#x", flags))
 		}
 		if len(id) != JobIDLen {
@@ -283,6 +406,9 @@ func decodeJob(id string, b []byte, self []string) (*Job, error) {
 	j.BodyLSN = wal.LSN(d.uvarint())
 	j.BodySize = d.u32()
 	j.StoredSize = d.u32()
+	if flags&indexFlagCreators != 0 {
+		j.creatorLSNs = d.lsns()
+	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("trailing bytes")
 	}
@@ -326,6 +452,37 @@ func (d *decoder) bytes(n int) []byte {
 }
 
 func (d *decoder) id() string { return string(d.bytes(JobIDLen)) }
+
+// lsns reads a list appendLSNs wrote.
+func (d *decoder) lsns() []wal.LSN {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail("too many lsns")
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]wal.LSN, 0, n)
+	prev := uint64(0)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		prev += d.uvarint()
+		out = append(out, wal.LSN(prev))
+	}
+	return out
+}
+
+// appendLSNs appends an ascending list of LSNs: the count, then each as the
+// difference from the one before.
+func appendLSNs(dst []byte, lsns []wal.LSN) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(lsns)))
+	prev := wal.LSN(0)
+	for _, l := range lsns {
+		dst = binary.AppendUvarint(dst, uint64(l-prev))
+		prev = l
+	}
+	return dst
+}
 
 func (d *decoder) uvarint() uint64 {
 	v, n := binary.Uvarint(d.b)
@@ -414,6 +571,16 @@ func (d *decoder) checkState(j *Job) {
 	if d.err == nil && (j.State < StateWaitRepl || j.State > StateAcked) {
 		d.fail(fmt.Sprintf("bad job state %d", j.State))
 	}
+}
+
+// sortedPauseQueues returns the queues of pauses in name order.
+func sortedPauseQueues(pauses map[string]PauseState) []string {
+	qs := make([]string, 0, len(pauses))
+	for q := range pauses {
+		qs = append(qs, q)
+	}
+	slices.Sort(qs)
+	return qs
 }
 
 // compressBody returns the body as it goes to the AOF: s2-compressed when it

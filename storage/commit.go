@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -146,15 +147,16 @@ func (s *Store) apply(ops []*op, res []Result) Pending {
 		}
 		switch {
 		case err != nil:
-		case o.typ == recAdd && old != nil:
+		case (o.typ == recAdd || o.typ == recTomb) && old != nil:
 			err = fmt.Errorf("%w: %s", ErrExists, o.id)
-		case o.typ != recAdd && o.id != "" && old == nil:
+		case o.typ != recAdd && o.typ != recTomb && o.id != "" && old == nil:
 			err = fmt.Errorf("%w: %s", ErrNotFound, o.id)
 		}
 		if err != nil {
 			res[i].Err = err
 			continue
 		}
+		s.prepareRecord(o, old, nj)
 		// Enqueueing fixes the record's LSN (the body's address for an
 		// add); it does no I/O, so holding mu keeps log and index order
 		// the same.
@@ -298,13 +300,39 @@ func cmpQueuePos(a, b QueuePos) int {
 	return strings.Compare(a.ID, b.ID)
 }
 
+// prepareRecord completes what a live operation's record carries from the
+// job it applies to: a MOVE or SNAP carries the job's whole state, a DEL the
+// job's creator LSNs (see Job.creatorLSNs).
+func (s *Store) prepareRecord(o *op, old, nj *Job) {
+	switch o.typ {
+	case recMoveFull, recSnap:
+		o.job = nj
+	case recDel:
+		o.creators = s.present(old.creators())
+	case recMeta:
+		o.node, o.pauses = s.nodeID, maps.Clone(s.paused)
+	}
+}
+
+// present returns the LSNs of lsns whose segments the AOF still holds (a
+// new slice).
+func (s *Store) present(lsns []wal.LSN) []wal.LSN {
+	out := make([]wal.LSN, 0, len(lsns)+1)
+	for _, l := range lsns {
+		if _, ok := s.log.SegmentOf(l); ok {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // resolve reads the job a record concerns (jobs in overlay, which an
 // earlier operation of the same batch produced, take precedence; then the
 // job cache, the write buffer and Pebble) and computes its next state with
 // transition. Records that are not about one job resolve
 // to nil, nil.
 func (s *Store) resolve(overlay map[string]*Job, o *op) (old, nj *Job, err error) {
-	if o.typ == recNode || o.typ == recPause || o.typ == recFlush {
+	if o.typ == recNode || o.typ == recPause || o.typ == recFlush || o.typ == recMeta {
 		return nil, nil, nil
 	}
 	if !o.fresh { // a fresh id is new: there is nothing to read
@@ -312,11 +340,22 @@ func (s *Store) resolve(overlay map[string]*Job, o *op) (old, nj *Job, err error
 			return nil, nil, err
 		}
 	}
-	if o.typ == recAdd {
+	switch {
+	case o.typ == recAdd:
 		// The op's job is its own (addOp copied it, or the caller handed
 		// it over, or the replay decoded it): it becomes the stored job.
 		o.job.StoredSize = uint32(len(o.body))
 		return old, o.job, nil
+	case o.typ == recTomb:
+		return old, nil, nil // live: refused if the job exists (apply)
+	case o.replay && (o.typ == recMoveFull || o.typ == recSnap):
+		// The record holds the job's whole state: it is the job, whatever
+		// the index held (in a rebuild, the history before it may be gone).
+		j := *o.job
+		if o.typ == recMoveFull {
+			j.StoredSize = uint32(len(o.body))
+		}
+		return old, &j, nil
 	}
 	if old == nil {
 		return nil, nil, nil
@@ -325,6 +364,12 @@ func (s *Store) resolve(overlay map[string]*Job, o *op) (old, nj *Job, err error
 		o.qtime = o.qtimeFn(old)
 	}
 	nj, err = transition(old, o)
+	if err != nil && o.rebuild {
+		// In a rebuild, a record whose job's history was collected may
+		// not apply to the state the replay has so far; the SNAP written
+		// forward when that history went sets the job right later.
+		return nil, nil, nil
+	}
 	return old, nj, err
 }
 
@@ -356,15 +401,43 @@ func (s *Store) write(b *writeBuffer, o *op, old, nj *Job, lsn wal.LSN) error {
 	case recFlush:
 		return s.flushAll(b)
 	case recPause:
-		if o.pause == PauseNone {
-			delete(s.paused, o.queue)
-			return b.Delete(pauseKey(o.queue))
+		return s.setPause(b, o.queue, o.pause)
+	case recMeta:
+		if s.nodeID != o.node && o.node != "" {
+			s.setNodeID(o.node)
+			if err := b.Set(keyNodeID, []byte(o.node), false); err != nil {
+				return err
+			}
 		}
-		s.paused[o.queue] = o.pause
-		return b.Set(pauseKey(o.queue), []byte{byte(o.pause)}, false)
+		var errs []error
+		for q := range s.paused {
+			if _, ok := o.pauses[q]; !ok {
+				errs = append(errs, s.setPause(b, q, PauseNone))
+			}
+		}
+		for q, p := range o.pauses {
+			if s.paused[q] != p {
+				errs = append(errs, s.setPause(b, q, p))
+			}
+		}
+		return errors.Join(errs...)
 	}
-	if o.typ == recAdd || (o.typ == recMove && nj != nil) {
+	switch {
+	case nj == nil:
+	case o.typ == recAdd:
 		nj.BodyLSN = lsn
+	case o.typ == recMove, o.typ == recMoveFull, o.typ == recSnap:
+		// A new creator (see Job.creatorLSNs): the job's earlier ones (and
+		// its body's record) stay while their segments do.
+		base := []wal.LSN{nj.BodyLSN} // a SNAP's body
+		if o.typ != recSnap {
+			base[0] = o.src // a MOVE's source
+			nj.BodyLSN = lsn
+		}
+		if old != nil {
+			base = append(slices.Clone(old.creators()), base...)
+		}
+		nj.creatorLSNs = append(s.present(dedupLSNs(base)), lsn)
 	}
 	if old == nil && nj == nil {
 		// A transition of a job deleted earlier in the log: nothing to do.
@@ -381,6 +454,22 @@ func (s *Store) write(b *writeBuffer, o *op, old, nj *Job, lsn wal.LSN) error {
 		s.cache.drop(old.ID)
 	}
 	return s.putJob(b, old, nj)
+}
+
+// setPause records a queue's pause state.
+func (s *Store) setPause(b *writeBuffer, queue string, p PauseState) error {
+	if p == PauseNone {
+		delete(s.paused, queue)
+		return b.Delete(pauseKey(queue))
+	}
+	s.paused[queue] = p
+	return b.Set(pauseKey(queue), []byte{byte(p)}, false)
+}
+
+// dedupLSNs sorts lsns and drops repeats (in place).
+func dedupLSNs(lsns []wal.LSN) []wal.LSN {
+	slices.Sort(lsns)
+	return slices.Compact(lsns)
 }
 
 // flushAll adds to b the deletion of every job and pause state: one range

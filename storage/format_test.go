@@ -128,7 +128,7 @@ func TestFormat1IndexOpens(t *testing.T) {
 	})
 	opts := TestingOptions()
 	opts.FS = fs
-	if s, err := Open("db", opts); err == nil || !strings.Contains(err.Error(), "index format 3") {
+	if s, err := Open("db", opts); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("index format %d", formatVersion+1)) {
 		if err == nil {
 			s.Close()
 		}

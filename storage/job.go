@@ -75,6 +75,28 @@ type Job struct {
 	// AOF (smaller when compressed).
 	BodySize   uint32
 	StoredSize uint32
+	// creatorLSNs are the LSNs of the job's records that could create it in a
+	// replay of the AOF from its first segment — its ADD, and the MOVE and
+	// SNAP records that carry its whole state — as far as their segments
+	// may still be in the AOF; nil means just BodyLSN. A deletion logs them,
+	// so that the deletion is carried forward while any of them remains
+	// (forward.go). Shared between versions of the job: never modified in
+	// place.
+	creatorLSNs []wal.LSN
+}
+
+// creators returns the job's creator LSNs (see creatorLSNs).
+func (j *Job) creators() []wal.LSN {
+	if j.creatorLSNs == nil {
+		return []wal.LSN{j.BodyLSN}
+	}
+	return j.creatorLSNs
+}
+
+// creatorsAreBody reports whether the job's creators are just its body's
+// record (the index value then leaves them out).
+func (j *Job) creatorsAreBody() bool {
+	return j.creatorLSNs == nil || len(j.creatorLSNs) == 1 && j.creatorLSNs[0] == j.BodyLSN
 }
 
 // CtimeMillis returns the wall-clock millisecond of the job's creation.

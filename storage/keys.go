@@ -35,6 +35,10 @@ var (
 	keyState  = []byte("mstate")
 	keyFormat = []byte("mformat")
 	keyNodeID = []byte("mnode")
+	// keyRebuild is set while the index is being rebuilt from the AOF
+	// (Store.rebuild): an index that has it is a rebuild cut short, and is
+	// rebuilt again.
+	keyRebuild = []byte("mrebuild")
 )
 
 func encodeState(applied wal.LSN, jobs int64) []byte {
@@ -55,9 +59,10 @@ func decodeState(v []byte) (wal.LSN, int64, error) {
 
 // formatVersion is the index's format. Format 1 wrote index values with
 // the id and node list spelled out; format 2 (encodeJob) leaves out what the
-// key or the store says. Open reads both, marks a format-1 index as format 2
-// (its old values stay readable), and refuses any other.
-const formatVersion = 2
+// key or the store says; format 3 adds a job's creator LSNs where they are
+// more than its body's (Job.creatorLSNs). Open reads all three, marks an older
+// index as format 3 (its old values stay readable), and refuses any other.
+const formatVersion = 3
 
 // EventKind is the kind of a schedule event.
 type EventKind uint8

@@ -374,6 +374,21 @@ func noteOpen(h *modelHistory, s *Store) {
 // the first record of a commit.
 const walMarkSize = 13 + 8
 
+// stateOf is j without its creator LSNs: the store's bookkeeping for
+// rebuilds (forward.go), which the model does not follow.
+func stateOf(j Job) Job {
+	j.creatorLSNs = nil
+	return j
+}
+
+func statePtr(j *Job) *Job {
+	if j == nil {
+		return nil
+	}
+	s := stateOf(*j)
+	return &s
+}
+
 // modelDo runs o on the store and the model and checks that they agree: the
 // same error class, the same job, and nothing written on an error.
 func modelDo(t testing.TB, s *Store, h *modelHistory, o *mop) error {
@@ -389,7 +404,7 @@ func modelDo(t testing.TB, s *Store, h *modelHistory, o *mop) error {
 			t.Fatalf("%v failed (%v) but wrote: applied %d→%d, aof end %d→%d", o, err, before, a, tail, e)
 		}
 		if w := h.cur.jobs[o.id]; w != nil {
-			if j, err := s.Job(o.id); err != nil || !reflect.DeepEqual(*j, w.job) {
+			if j, err := s.Job(o.id); err != nil || !reflect.DeepEqual(stateOf(*j), stateOf(w.job)) {
 				t.Fatalf("%v failed but changed the job:\n got %+v (%v)\nwant %+v", o, j, err, w.job)
 			}
 		}
@@ -408,7 +423,7 @@ func modelDo(t testing.TB, s *Store, h *modelHistory, o *mop) error {
 		}
 		want.BodyLSN, want.StoredSize = got.BodyLSN, got.StoredSize
 	}
-	if want != nil && !reflect.DeepEqual(got, want) {
+	if want != nil && !reflect.DeepEqual(statePtr(got), statePtr(want)) {
 		t.Fatalf("%v returned\n %+v\nmodel expects\n %+v", o, got, want)
 	}
 	h.record(before, after, o, got)
@@ -490,7 +505,7 @@ func modelBatch(t testing.TB, s *Store, h *modelHistory, ops []*mop) {
 			}
 			want.BodyLSN, want.StoredSize = got.Job.BodyLSN, got.Job.StoredSize
 		}
-		if !reflect.DeepEqual(got.Job, want) {
+		if !reflect.DeepEqual(statePtr(got.Job), statePtr(want)) {
 			t.Fatalf("batch op %d %v returned\n %+v\nmodel expects\n %+v", i, o, got.Job, want)
 		}
 		h.record(lsn, end, o, got.Job)
@@ -529,7 +544,7 @@ func checkStore(t testing.TB, s *Store, m *jobModel, queues []string) {
 			n++
 			// Where the body is stored is the store's business (the
 			// collector moves it); what it holds is checked below.
-			got, want := *j, w.job
+			got, want := stateOf(*j), stateOf(w.job)
 			got.BodyLSN, want.BodyLSN = 0, 0
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("job %s:\n got %+v\nwant %+v", j.ID, *j, w.job)

@@ -55,6 +55,10 @@ type Options struct {
 	// of the sealed AOF segments reads after Open (see verify.go). Default
 	// 32 MiB/s; negative disables it.
 	VerifyRate int64
+	// Rebuild says when Open rebuilds the index from the whole AOF (see
+	// rebuild.go). Default RebuildWhenLost: when the index is missing, a
+	// rebuild cut short, or found corrupt as it opens.
+	Rebuild RebuildMode
 	// Rewrite is what a store that failed an fsync kept in memory
 	// (Store.Unsynced): Open writes it again before it recovers, so that
 	// nothing acknowledged is lost to pages the operating system dropped

@@ -101,7 +101,7 @@ func bodyRecordHint(j *Job) int { return int(j.StoredSize) + 128 + len(j.Queue) 
 
 // bodyOf returns j's body from r, the record at j.BodyLSN.
 func bodyOf(j *Job, r wal.Record) ([]byte, error) {
-	if r.Type != recAdd && r.Type != recMove {
+	if r.Type != recAdd && r.Type != recMove && r.Type != recMoveFull {
 		return nil, fmt.Errorf("storage: body of %s: lsn %d holds a type %d record", j.ID, j.BodyLSN, r.Type)
 	}
 	o, err := decodeOp(r.Type, r.Payload)

@@ -79,6 +79,9 @@ type CollectStats struct {
 	// MisplacedBodies counts jobs found referencing a body in a removed
 	// segment when their accounting changed: damage, logged when found.
 	MisplacedBodies int64
+	// Snaps and Tombs count the job states and deletions written forward
+	// before segments holding them were removed (forward.go).
+	Snaps, Tombs int64
 }
 
 // RewriteResult tells what one RewriteSegment did.
@@ -142,7 +145,7 @@ func (s *Store) RewriteSegment(ctx context.Context, first wal.LSN) (RewriteResul
 		return nil
 	}
 	err := s.log.ScanSegment(first, func(lsn wal.LSN, r wal.Record) error {
-		if r.Type != recAdd && r.Type != recMove {
+		if r.Type != recAdd && r.Type != recMove && r.Type != recMoveFull {
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
@@ -170,7 +173,7 @@ func (s *Store) RewriteSegment(ctx context.Context, first wal.LSN) (RewriteResul
 		if err != nil {
 			return fmt.Errorf("storage: rewrite: record at lsn %d: %w", lsn, err)
 		}
-		ops = append(ops, &op{typ: recMove, id: id, src: lsn, body: o.body,
+		ops = append(ops, &op{typ: recMoveFull, id: id, src: lsn, body: o.body,
 			compressed: o.compressed, bodySize: o.bodySize})
 		batchBytes += len(o.body)
 		if batchBytes >= rewriteBatchBytes || len(ops) >= rewriteBatchJobs {
@@ -200,7 +203,7 @@ var testHookRewriteBatch func()
 // (and copying) its body.
 func bodyRecordID(r wal.Record) (string, error) {
 	off := 0
-	if r.Type == recAdd {
+	if r.Type == recAdd || r.Type == recMoveFull {
 		off = 1 // the job encoding's version byte
 	}
 	if len(r.Payload) < off+JobIDLen {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,6 +88,10 @@ type Store struct {
 	// first failAsync (pebble_events.go).
 	pebbleLog *rateLimitedLog
 	failing   atomic.Bool
+	// newIndex: Open found no index (or an empty one); rebuilding: the
+	// index is being rebuilt from the whole AOF (rebuild.go);
+	// rebuildCutShort: the index is a rebuild that did not finish.
+	newIndex, rebuilding, rebuildCutShort bool
 	// readOnly: Open found no room to write (ErrNoSpace). Pebble is open
 	// read-only and the replayed tail lives in the write buffer only.
 	readOnly bool
@@ -105,6 +110,8 @@ type RecoveryInfo struct {
 	From, To wal.LSN
 	Records  int
 	Duration time.Duration
+	// Rebuilt: the index was rebuilt from the whole AOF (rebuild.go).
+	Rebuilt bool
 }
 
 const (
@@ -247,24 +254,15 @@ func (s *Store) open() error {
 	popts.L0StopWritesThreshold = 36
 	// Read-only, Pebble writes nothing: no MANIFEST, no OPTIONS file.
 	popts.ReadOnly = s.readOnly
-	gate := newCompactionGate()
-	s.gate = gate
-	popts.Experimental.CompactionScheduler = gate
-	s.db, err = pebble.Open(fs.PathJoin(s.dir, indexDir), popts)
-	if err != nil {
-		return fmt.Errorf("storage: open index: %w", err)
-	}
-	// Compactions were held so that pebble.Open did not wait for one (see
-	// compactionGate). They must run from now on: the replay may flush
-	// memtables, and with L0 at Pebble's stop-writes threshold and no
-	// compaction allowed it would wait for ever.
-	gate.Open()
-	if err := s.loadMeta(); err != nil {
+	if err := s.openIndex(popts); err != nil { // rebuild.go
 		return err
 	}
 	s.durableApplied = s.applied
 	wopts := s.opts.walOptions()
 	wopts.Checkpoint = s.applied
+	// A rebuild replays the whole AOF, across the segments removed from
+	// it (rebuild.go).
+	wopts.AllowGaps = s.rebuilding
 	// Read-only, the log is not repaired either (a torn tail is left as it
 	// is and the log ends before it): a repair rewrites the segment, which
 	// needs the room the disk does not have.
@@ -276,7 +274,12 @@ func (s *Store) open() error {
 	if err := s.checkLiveSegments(); err != nil {
 		return err
 	}
-	if err := s.replay(); err != nil {
+	if s.rebuilding {
+		err = s.replayAll()
+	} else {
+		err = s.replay()
+	}
+	if err != nil {
 		return err
 	}
 	s.lastCkptEnd = s.log.End()
@@ -308,15 +311,21 @@ func (s *Store) loadMeta() error {
 		// An index that never flushed (nil: the replay rebuilds it all in
 		// memory), format 1 or 2: all read; the mark waits for a writable
 		// open.
-	case v == nil || ver == 1:
-		// A new index, or one of format 1, whose values this build still
-		// reads: it is format 2 from the first value written, and an
-		// older build must refuse it from now on.
+	case v == nil || ver >= 1 && ver < formatVersion:
+		// A new index, or one of an older format, whose values this build
+		// still reads: it is of this format from the first value written,
+		// and an older build must refuse it from now on.
 		if err := s.db.Set(keyFormat, binary.AppendUvarint(nil, formatVersion), pebble.NoSync); err != nil {
 			return err
 		}
 	case ver != formatVersion:
-		return fmt.Errorf("storage: index format %d, this build reads 1 and %d", ver, formatVersion)
+		return fmt.Errorf("storage: index format %d, this build reads 1 to %d", ver, formatVersion)
+	}
+	s.newIndex = v == nil
+	if v, err = s.get(s.db, keyRebuild); err != nil {
+		return err
+	} else if v != nil {
+		s.rebuildCutShort = true
 	}
 	if v, err = s.get(s.db, keyState); err != nil {
 		return err
@@ -387,7 +396,7 @@ func (s *Store) replay() error {
 		}
 		// A logged add was refused if its id existed (or its id was fresh),
 		// and the index has applied nothing at or after from: no lookup.
-		o.fresh = o.typ == recAdd
+		o.fresh, o.replay = o.typ == recAdd, true
 		old, nj, err := s.resolve(nil, o)
 		if err == nil {
 			err = s.write(s.buf, o, old, nj, lsn)
@@ -614,6 +623,27 @@ func (s *Store) Checkpoint() error {
 	applied := s.applied
 	live := maps.Clone(s.segments)
 	s.mu.Unlock()
+	// The segments this checkpoint removes, and what a replay from the
+	// first segment would miss without them, written forward now, so that
+	// the index flushed below holds it (a clean restart replays nothing).
+	// Those records add no body to a sealed segment: the set stays dead.
+	dead, err := s.deadSegments(applied, live)
+	if err != nil {
+		return err
+	}
+	if len(dead) > 0 {
+		if err := s.forward(dead); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		if err := s.flushBufferLocked(); err != nil {
+			s.failLocked(err)
+			s.mu.Unlock()
+			return fmt.Errorf("%w: %w", ErrFailed, err)
+		}
+		applied = s.applied
+		s.mu.Unlock()
+	}
 	// Flush makes durable every batch applied before it was called; the
 	// FlushBegin hook syncs the AOF first.
 	if err := s.log.WaitSynced(applied); err != nil {
@@ -637,26 +667,36 @@ func (s *Store) Checkpoint() error {
 	s.lastCkptEnd = applied
 	s.durableApplied = applied
 	s.mu.Unlock()
-	return s.removeDeadSegments(applied, live)
+	return s.removeSegments(dead)
 }
 
-// removeDeadSegments removes every sealed segment that ends at or before the
-// durable checkpoint and held no live body at it, wherever it is in the log:
-// nothing will replay it (the index has applied it) and nothing will read it
-// (no job's body is there). A long-delayed job at the front of the log
-// therefore does not pin the churn behind it.
-func (s *Store) removeDeadSegments(checkpoint wal.LSN, live map[wal.LSN]segmentLive) error {
+// deadSegments returns the sealed segments that end at or before checkpoint
+// and held no live body at it, wherever they are in the log: once the
+// checkpoint is durable nothing will replay them (the index has applied
+// them) and nothing will read them (no job's body is there), so a
+// long-delayed job at the front of the log does not pin the churn behind it.
+func (s *Store) deadSegments(checkpoint wal.LSN, live map[wal.LSN]segmentLive) ([]wal.LSN, error) {
 	segs := s.log.Segments()
 	var dead []wal.LSN
-	var bytes int64
 	for _, seg := range segs[:len(segs)-1] {
 		if seg.First+wal.LSN(seg.Size) <= checkpoint && live[seg.First].bodies == 0 {
 			dead = append(dead, seg.First)
-			bytes += seg.Size
 		}
 	}
+	return dead, nil
+}
+
+// removeSegments removes the dead segments a checkpoint found, once it is
+// durable (and what forward wrote for them with it).
+func (s *Store) removeSegments(dead []wal.LSN) error {
 	if len(dead) == 0 {
 		return nil
+	}
+	var bytes int64
+	for _, seg := range s.log.Segments() {
+		if slices.Contains(dead, seg.First) {
+			bytes += seg.Size
+		}
 	}
 	if err := s.log.RemoveSegments(dead); err != nil {
 		return err

@@ -28,7 +28,13 @@ func transition(cur *Job, o *op) (*Job, error) {
 	if o.typ == recDel {
 		return nil, nil
 	}
-	if o.typ == recMove {
+	if o.typ == recSnap {
+		// The job's state written again (forward.go): nothing changes but
+		// its creators (write sets them).
+		j := *cur
+		return &j, nil
+	}
+	if o.typ == recMove || o.typ == recMoveFull {
 		// The collector copied the body forward; only its location
 		// changes (write sets it), whatever the job's state. A body that
 		// moved or was replaced since the collector read it stays put.

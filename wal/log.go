@@ -203,7 +203,11 @@ func (l *Log) recover(segs []segment, stale []string) ([]segment, error) {
 		l.active = f
 		return []segment{{first: 0, version: formatVersion, salt: salt}}, nil
 	}
-	if err := checkContiguous(segs, opts.Checkpoint); err != nil {
+	gapsTo := opts.Checkpoint
+	if opts.AllowGaps {
+		gapsTo = ^LSN(0)
+	}
+	if err := checkContiguous(segs, gapsTo); err != nil {
 		return nil, err
 	}
 	last := &segs[len(segs)-1]

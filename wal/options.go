@@ -79,6 +79,11 @@ type Options struct {
 	// that ends before it is refused (its end was lost). Default 0: the log
 	// must be contiguous and is checked whole.
 	Checkpoint LSN
+	// AllowGaps: Open accepts missing segments anywhere, as a replay of
+	// the whole log for an index rebuild needs (ReplayAll): the owner
+	// removed them (RemoveSegments) after writing forward what a replay
+	// would miss. Default false: gaps must end at or before Checkpoint.
+	AllowGaps bool
 	// MaxUnsynced bounds the bytes written since the last fsync: past it the
 	// writer fsyncs, whatever the policy. The log keeps those bytes in
 	// memory until an fsync covers them, so that after a failed fsync they

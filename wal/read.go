@@ -387,6 +387,26 @@ func (r pacedReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// ReplayAll calls fn for every record of every segment the log holds, in
+// order, across the gaps removed segments left: the whole log as it is, for
+// the rebuild of an index derived from it. Like Replay otherwise.
+func (l *Log) ReplayAll(fn func(lsn, end LSN, r Record) error) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	segs := append([]segment(nil), l.segs...)
+	end := l.written
+	l.mu.Unlock()
+	for _, seg := range segs {
+		if err := l.replaySegment(seg, seg.first, min(seg.end(), end), fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // replaySegment reads the frames of seg in [start, stop) in order and calls
 // fn for each record (not for sync marks).
 func (l *Log) replaySegment(seg segment, start, stop LSN, fn func(lsn, end LSN, r Record) error) error {
