@@ -46,7 +46,11 @@ type Broker struct {
 	// the lock, with the number of events the chunk fired.
 	testChunkHook func(fired int)
 	closed        bool
-	ctime         storage.CtimeClock
+	// running: Run was called (and owns done). Close waits for done only
+	// then: a broker whose Run never started (its daemon failed to open
+	// the rest of the node) closes at once.
+	running bool
+	ctime   storage.CtimeClock
 	// lastSweep is when idle, empty queues were last forgotten.
 	lastSweep int64
 	stats     Stats
@@ -229,8 +233,9 @@ func (b *Broker) checkOpenLocked() error {
 	return nil
 }
 
-// Close stops the timer loop and wakes every blocked client with ErrClosed.
-// It does not close the store.
+// Close stops the timer loop (waiting for Run to return, if it was started)
+// and wakes every blocked client with ErrClosed. It does not close the
+// store.
 func (b *Broker) Close() {
 	b.mu.Lock()
 	if b.closed {
@@ -248,9 +253,12 @@ func (b *Broker) Close() {
 		q.waiters = nil
 	}
 	b.stats.BlockedClients = 0
+	running := b.running
 	b.mu.Unlock()
 	close(b.stop)
-	<-b.done
+	if running {
+		<-b.done
+	}
 }
 
 // Stats returns the broker's counters.
