@@ -100,6 +100,9 @@ func New(opts Options) (*Broker, error) {
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
+	// New jobs sort after every job the store has seen, even if the wall
+	// clock was stepped back since they were added.
+	b.ctime.Observe(opts.Store.MaxCtime())
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.loadTimersLocked(now, b.opts.MaxTimers); err != nil {

@@ -47,7 +47,11 @@
 // # Time
 //
 // Options.Now is the only clock. Run reads it to drive the timers; Tick
-// takes time as an argument so tests control it.
+// takes time as an argument so tests control it. A job's ctime (its place
+// in its queue) comes from it too, but never goes back: New seeds the ctime
+// clock with the highest ctime the store has seen (Store.MaxCtime), so jobs
+// added after a restart under a clock stepped back still sort after the
+// backlog.
 //
 // # Concurrency
 //

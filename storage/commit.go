@@ -474,6 +474,7 @@ func (s *Store) putJob(b *writeBuffer, old, nj *Job) error {
 	case old == nil && nj != nil:
 		s.jobs++
 		s.addLive(nj, +1)
+		s.maxCtime = max(s.maxCtime, nj.Ctime)
 	case old != nil && nj == nil:
 		s.jobs--
 		s.addLive(old, -1)
@@ -576,7 +577,7 @@ func (s *Store) writeMetaLocked(b *pebble.Batch) error {
 		}
 	}
 	clear(s.dirtySegments)
-	errs = append(errs, b.Set(keyState, encodeState(s.applied, s.jobs), nil))
+	errs = append(errs, b.Set(keyState, encodeState(indexState{applied: s.applied, jobs: s.jobs, maxCtime: s.maxCtime}), nil))
 	return errors.Join(errs...)
 }
 

@@ -43,7 +43,9 @@
 // See keys.go: j/ jobs, q/ queue order (ctime, id; the value is the job,
 // as j/ holds it, so deliveries read a queue's jobs in order), s/ schedule (due, kind,
 // id), p/ pause states, c/ queued counts, g/ live bodies per AOF segment, m/
-// metadata (applied LSN, node id, format version, job count).
+// metadata (applied LSN, node id, format version, job count, and the highest
+// ctime of any job added: Store.MaxCtime, so that ctimes never go back across a
+// restart).
 //
 // Job values are format 2 (codec.go encodeJob): the id is left to the key
 // and a node list that is just this store's node to a flag, which more than
