@@ -37,6 +37,8 @@ type Result struct {
 type Batch struct {
 	s   *Store
 	ops []*op
+	// node is the store's node id, read by the first AddNew.
+	node string
 }
 
 // Len returns the number of operations in the batch.

@@ -59,9 +59,18 @@
 // buffer created and then deleted never reaches Pebble, so a job added,
 // delivered and acked within one buffer costs Pebble nothing; what does
 // reach it is one large sorted batch, whose memtable inserts are cheap.
-// Reads see the buffer over Pebble. Job keys, random and only looked up in
-// the hot path, sit in a map beside the buffer's btree and are sorted when
-// a flush or a JSCAN needs them in order; so do the deletions of keys Pebble
+// Whether a key is new to the index (so that deleting it needs no
+// tombstone) is derived from the job's state before the write, and the
+// buffer refuses a claim it can see is wrong; under invariants (race
+// builds, or the diskque_invariants tag) it also checks Pebble before it
+// drops a new key without a tombstone, and fails the store with
+// ErrIndexInvariant rather than let an old value come back. The one write
+// that skips the lookup, Batch.AddNew, makes the job's id itself, so it
+// cannot be handed an id that exists. Reads see the buffer over Pebble,
+// and a range deletion (FLUSHALL) hides the Pebble keys it covers from the
+// moment it is buffered, not only once it is flushed. Job keys, random
+// and only looked up in the hot path, sit in a map beside the buffer's
+// btree and are sorted when a flush or a JSCAN needs them in order; so do the deletions of keys Pebble
 // holds, which a scan only needs to hide Pebble's keys. Job and queue keys
 // keep the job they encode, so reads through the buffer do not decode it
 // (and a new job skips the job cache: the buffer holds it until Pebble

@@ -187,6 +187,7 @@ func (s *Store) open() error {
 	if err != nil {
 		return fmt.Errorf("storage: open index: %w", err)
 	}
+	s.buf.pebble = s.db
 	// Compactions were held so that pebble.Open did not wait for one (see
 	// compactionGate). They must run from now on: the replay may flush
 	// memtables, and with L0 at Pebble's stop-writes threshold and no
