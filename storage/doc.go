@@ -33,10 +33,13 @@
 // same batch as every add, ack, delete, expiry and move) says which segments
 // are dead. RewriteSegment copies a sparse segment's live bodies forward as
 // MOVE records, so a checkpoint can remove it (see segments.go; package gc
-// decides when). A background loop
-// checkpoints every CheckpointInterval and after CheckpointBytes of AOF, so a
-// restart replays a short tail whatever the number of jobs. Close
-// checkpoints, so a clean restart replays nothing.
+// decides when). A reader may hold a job read before its body moved and
+// its segment went: Body and Bodies then read the job again and follow the
+// body to where it is now (with one result per job: one unreadable body
+// does not fail the others), so a collection never fails a read. A
+// background loop checkpoints every CheckpointInterval and after
+// CheckpointBytes of AOF, so a restart replays a short tail whatever the
+// number of jobs. Close checkpoints, so a clean restart replays nothing.
 //
 // # Keyspace
 //
