@@ -48,7 +48,7 @@ type delivery struct {
 	// late are the jobs of out whose bodies were not durable in the AOF
 	// when they were delivered (their ADD still on its way to the disk):
 	// finish reads them once the deliveries, logged after them, are
-	// durable. lateAt[k] is late[k]'s index in out.
+	// written. lateAt[k] is late[k]'s index in out.
 	late   []*storage.Job
 	lateAt []int
 }
