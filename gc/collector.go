@@ -88,6 +88,9 @@ type Stats struct {
 // ErrBusy is returned by Start when a collection is already running.
 var ErrBusy = errors.New("gc: a collection is already running")
 
+// ErrClosed is returned by Start and Collect once Close has been called.
+var ErrClosed = errors.New("gc: collector closed")
+
 // Collector runs collections of one store, one at a time.
 type Collector struct {
 	st   *storage.Store
@@ -95,8 +98,11 @@ type Collector struct {
 
 	run sync.Mutex // held for the whole of a collection: single flight
 
-	mu    sync.Mutex // guards stats and lastCompactDeletes
+	mu    sync.Mutex // guards stats, lastCompactDeletes and closed
 	stats Stats
+	// closed is set by Close before it waits for wg, so that no Start
+	// adds to wg after (or while) Close waits on it.
+	closed bool
 	// lastCompactDeletes is the store's OrderDeletes at the last compaction.
 	lastCompactDeletes int64
 	// seen is each segment's live bytes at the last collection (Policy
@@ -160,9 +166,16 @@ func (c *Collector) loop() {
 // Close stops the background loop and waits for any collection to finish.
 // The store must still be open.
 func (c *Collector) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
 	c.cancel()
 	<-c.done
 	c.wg.Wait()
+	// And a Collect in progress (its ctx is canceled: it stops between
+	// batches).
+	c.run.Lock()
+	c.run.Unlock()
 }
 
 // Collect runs one collection now and returns what it did, waiting for a
@@ -172,12 +185,29 @@ func (c *Collector) Close() {
 func (c *Collector) Collect(full bool) (Report, error) {
 	c.run.Lock()
 	defer c.run.Unlock()
+	if c.isClosed() {
+		return Report{}, ErrClosed
+	}
 	return c.collectLocked(full)
 }
 
+func (c *Collector) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
 // Start runs a collection in the background and returns at once; ErrBusy if
-// one is running. Its outcome is in Stats.
+// one is running, ErrClosed after Close. Its outcome is in Stats.
 func (c *Collector) Start(full bool) error {
+	// Under mu: Close sets closed under mu before it waits, so its Wait
+	// never runs beside this Add, and Stats (which tries run under mu)
+	// never mistakes this TryLock for a running collection.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
 	if !c.run.TryLock() {
 		return ErrBusy
 	}

@@ -29,6 +29,9 @@ func openStore(t *testing.T, dir string) *storage.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Close is idempotent: a test that closed the store itself is not
+	// affected, one that did not leaks nothing (TestMain checks).
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 
@@ -297,6 +300,44 @@ func TestStartIsSingleFlight(t *testing.T) {
 	c.Close() // waits for the started collection
 	if st := c.Stats(); st.FullCollections != 1 || st.LastErr != nil || st.Running {
 		t.Fatalf("stats after a started collection: %+v", st)
+	}
+}
+
+// TestStartRacesClose: a Start concurrent with Close either runs a
+// collection that Close waits for or is refused; once Close has returned
+// no collection runs and Start and Collect are refused (they would read a
+// store the daemon is about to close).
+func TestStartRacesClose(t *testing.T) {
+	f := &fixture{t: t, s: openStore(t, t.TempDir()), bodies: map[string][]byte{}}
+	for i := range 20 {
+		f.add(100, i%2 == 0)
+	}
+	for range 20 {
+		c, err := New(f.s, quietOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.Start(false) // before Close: runs, or ErrBusy
+			close(started)
+			for !errors.Is(c.Start(false), ErrClosed) {
+			}
+		}()
+		<-started
+		c.Close()
+		if c.Stats().Running {
+			t.Fatal("a collection runs after Close returned")
+		}
+		<-done
+		if err := c.Start(true); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Start after Close: %v, want ErrClosed", err)
+		}
+		if _, err := c.Collect(true); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Collect after Close: %v, want ErrClosed", err)
+		}
 	}
 }
 

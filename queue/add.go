@@ -84,7 +84,7 @@ func (b *Broker) addCalls(calls []*addCall) {
 				continue
 			}
 			j := b.newJob(r, now)
-			if err := batch.AddNew(j, r.Body); err != nil {
+			if err := batch.AddNew(j, r.Body, r.TTL); err != nil {
 				c.out[i].Err = err
 				continue
 			}
@@ -202,10 +202,10 @@ func (b *Broker) validateAdd(r AddRequest) error {
 	return nil
 }
 
-// newJob builds the store's record of a new job created at now.
+// newJob builds the store's record of a new job created at now; the store
+// gives it its id (Batch.AddNew).
 func (b *Broker) newJob(r AddRequest, now int64) *storage.Job {
 	j := &storage.Job{
-		ID:    storage.NewJobID(b.node, r.TTL, r.Retry),
 		Queue: r.Queue,
 		Ctime: b.ctime.Next(now),
 		Etime: now + secondsToMillis(r.TTL),

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,10 +47,18 @@ type Broker struct {
 	// the lock, with the number of events the chunk fired.
 	testChunkHook func(fired int)
 	closed        bool
-	ctime         storage.CtimeClock
+	// running: Run was called (and owns done). Close waits for done only
+	// then: a broker whose Run never started (its daemon failed to open
+	// the rest of the node) closes at once.
+	running bool
+	ctime   storage.CtimeClock
 	// lastSweep is when idle, empty queues were last forgotten.
 	lastSweep int64
 	stats     Stats
+	// unreadableLog rate-limits the log lines about unreadable bodies
+	// (noteUnreadableLocked): when the last was written (Unix ms) and how
+	// many were held back since.
+	unreadableLog struct{ last, suppressed int64 }
 	// failedCursor is, per queue, the last position GETJOB looked at while
 	// the store was failed (deliverWhileFailedLocked).
 	failedCursor map[string]storage.QueuePos
@@ -68,12 +77,19 @@ type queueState struct {
 	jobsOut int64
 	atime   int64 // last activity, Unix ms
 	ctime   int64 // when the broker first saw the queue, Unix ms
+	// unreadable holds the ids of queued jobs whose bodies could not be
+	// read (markUnreadableLocked): refills pass them over until they leave
+	// the queue. nil while there are none.
+	unreadable map[string]struct{}
 }
 
 // Stats are the broker's counters (INFO).
 type Stats struct {
 	JobsAdded, JobsDelivered, JobsAcked, JobsExpired, JobsRequeued int64
-	BlockedClients                                                 int
+	// JobsUnreadable counts jobs GETJOB found with a body it could not
+	// read from the AOF (left undelivered, or left out of a reply).
+	JobsUnreadable int64
+	BlockedClients int
 }
 
 // New returns a broker over an open store and loads the near schedule into
@@ -96,6 +112,9 @@ func New(opts Options) (*Broker, error) {
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
+	// New jobs sort after every job the store has seen, even if the wall
+	// clock was stepped back since they were added.
+	b.ctime.Observe(opts.Store.MaxCtime())
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.loadTimersLocked(now, b.opts.MaxTimers); err != nil {
@@ -136,12 +155,25 @@ func (b *Broker) refillLocked(q *queueState, want int) error {
 	}
 	after, _ := h.Last()
 	n := max(b.opts.HeadSize-h.Len(), 1)
-	entries, err := b.st.QueueRange(q.name, after, n)
-	if err != nil {
-		return err
+	for {
+		entries, err := b.st.QueueRange(q.name, after, n)
+		if err != nil {
+			return err
+		}
+		exhausted := len(entries) < n
+		if len(q.unreadable) > 0 && len(entries) > 0 {
+			after = entries[len(entries)-1]
+			entries = slices.DeleteFunc(entries, func(p storage.QueuePos) bool {
+				_, skip := q.unreadable[p.ID]
+				return skip
+			})
+			if len(entries) == 0 && !exhausted {
+				continue // a page of unreadable jobs only: read on
+			}
+		}
+		h.Refill(entries, exhausted)
+		return nil
 	}
-	h.Refill(entries, len(entries) < n)
-	return nil
 }
 
 // retryTime is the next requeue time of a job with RETRY retry seconds
@@ -214,6 +246,7 @@ func (b *Broker) queuedLocked(j *storage.Job, now int64) {
 func (b *Broker) unqueuedLocked(j *storage.Job) {
 	if q := b.queues[j.Queue]; q != nil {
 		q.head.Remove(storage.QueuePos{Ctime: j.Ctime, ID: j.ID})
+		delete(q.unreadable, j.ID)
 	}
 }
 
@@ -229,8 +262,9 @@ func (b *Broker) checkOpenLocked() error {
 	return nil
 }
 
-// Close stops the timer loop and wakes every blocked client with ErrClosed.
-// It does not close the store.
+// Close stops the timer loop (waiting for Run to return, if it was started)
+// and wakes every blocked client with ErrClosed. It does not close the
+// store.
 func (b *Broker) Close() {
 	b.mu.Lock()
 	if b.closed {
@@ -248,9 +282,12 @@ func (b *Broker) Close() {
 		q.waiters = nil
 	}
 	b.stats.BlockedClients = 0
+	running := b.running
 	b.mu.Unlock()
 	close(b.stop)
-	<-b.done
+	if running {
+		<-b.done
+	}
 }
 
 // Stats returns the broker's counters.

@@ -444,3 +444,26 @@ func TestGetJobWhileTheStoreHasFailed(t *testing.T) {
 		t.Fatalf("after the reopen: %d jobs (%q), want the 10 again and the at-most-once one", len(redo), bodies(redo))
 	}
 }
+
+// TestCtimeNeverGoesBackAcrossARestart: jobs added under a clock that is
+// then stepped back an hour (NTP, a VM restored) keep their place at the
+// front of the queue: the jobs added after the restart sort after them.
+func TestCtimeNeverGoesBackAcrossARestart(t *testing.T) {
+	f := newFixture(t, 2) // a small head: the backlog is read from disk
+	var want []string
+	for i := range 5 {
+		want = append(want, f.add("q", fmt.Sprint("before ", i), nil))
+	}
+	f.clock.advance(-time.Hour)
+	f.restart()
+	for i := range 5 {
+		want = append(want, f.add("q", fmt.Sprint("after ", i), nil))
+	}
+	var got []string
+	for _, d := range f.get(10, "q") {
+		got = append(got, d.ID)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("delivery order %q, want the jobs in the order they were added %q", got, want)
+	}
+}

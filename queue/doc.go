@@ -39,6 +39,20 @@
 // delays other commands by one chunk, not by the whole expiry; events not
 // fired yet stay in the wheel meanwhile (Wheel.AdvanceLimit).
 //
+// GETJOB reads the bodies of the jobs it is about to deliver before it
+// records their deliveries, under Broker.mu: a job whose body cannot be
+// read (a damaged AOF) is left queued and undelivered — dropped from its
+// head and passed over by refills, counted in Stats.JobsUnreadable and
+// logged (rate-limited) — and the rest of the batch is delivered. Those are
+// reads of durable records, almost always from the page cache (a cold one
+// is one pread per run of neighbouring bodies), so the lock is seldom held
+// for I/O. A body not yet durable
+// (a job taken moments after its ADD) is read after the delivery's wait
+// instead, outside the lock: reading it under the lock would wait for the
+// AOF write (for its fsync, under appendfsync always). Every body read
+// follows a body that the segment collector moved since the job was read
+// (storage.Store.Bodies), so a collection never fails a reader.
+//
 // A store that failed (an AOF write or fsync error) takes no changes until
 // it is reopened under a new broker: timers stand still, and GETJOB hands
 // out only durable at-least-once jobs, without a record (so they are
@@ -47,7 +61,11 @@
 // # Time
 //
 // Options.Now is the only clock. Run reads it to drive the timers; Tick
-// takes time as an argument so tests control it.
+// takes time as an argument so tests control it. A job's ctime (its place
+// in its queue) comes from it too, but never goes back: New seeds the ctime
+// clock with the highest ctime the store has seen (Store.MaxCtime), so jobs
+// added after a restart under a clock stepped back still sort after the
+// backlog.
 //
 // # Concurrency
 //

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -35,9 +36,21 @@ type waiter struct {
 }
 
 type waiterResult struct {
-	job     *storage.Job
+	got delivery
+	err error
+}
+
+// delivery is what deliverLocked hands out: jobs whose deliveries are
+// applied, their durability, and the bodies read so far.
+type delivery struct {
+	out     []Delivered
 	pending storage.Pending
-	err     error
+	// late are the jobs of out whose bodies were not durable in the AOF
+	// when they were delivered (their ADD still on its way to the disk):
+	// finish reads them once the deliveries, logged after them, are
+	// written. lateAt[k] is late[k]'s index in out.
+	late   []*storage.Job
+	lateAt []int
 }
 
 // GetJobs delivers up to Count jobs from the queues, taken left to right,
@@ -45,7 +58,8 @@ type waiterResult struct {
 // skipped. With nothing queued it returns nil at once under NoHang, or
 // blocks until a job is queued (and is then served that one job), Timeout
 // passes or ctx ends. Each job's delivery is durable per the fsync policy
-// before GetJobs returns it (fsynced, for at-most-once jobs).
+// before GetJobs returns it (fsynced, for at-most-once jobs). A job whose
+// body cannot be read is not delivered (see deliverLocked).
 func (b *Broker) GetJobs(ctx context.Context, req GetRequest) ([]Delivered, error) {
 	now := b.nowMillis()
 	b.mu.Lock()
@@ -57,25 +71,25 @@ func (b *Broker) GetJobs(ctx context.Context, req GetRequest) ([]Delivered, erro
 		// The AOF failed: no delivery can be logged until the store is
 		// reopened. Serve what is safe without a record; a GETJOB that
 		// would block is told why instead (nothing can be queued now).
-		jobs, err := b.deliverWhileFailedLocked(req.Queues, max(req.Count, 1), now)
+		out, err := b.deliverWhileFailedLocked(req.Queues, max(req.Count, 1), now)
 		b.mu.Unlock()
 		switch {
 		case err != nil:
 			return nil, err
-		case len(jobs) > 0:
-			return b.finishDelivery(jobs, storage.Pending{})
+		case len(out) > 0:
+			return out, nil
 		case req.NoHang:
 			return nil, nil
 		}
 		return nil, wrapStore(fmt.Errorf("%w: %w", storage.ErrFailed, b.st.Err()))
 	}
-	jobs, pending, err := b.deliverLocked(req.Queues, max(req.Count, 1), now)
-	if err != nil || len(jobs) > 0 || req.NoHang {
+	got, err := b.deliverLocked(req.Queues, max(req.Count, 1), now)
+	if err != nil || len(got.out) > 0 || req.NoHang {
 		b.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
-		return b.finishDelivery(jobs, pending)
+		return b.finish(got)
 	}
 	w := &waiter{queues: slices.Clone(req.Queues), ch: make(chan waiterResult, 1)}
 	for _, name := range req.Queues {
@@ -112,33 +126,64 @@ func (b *Broker) finishWaiter(r waiterResult) ([]Delivered, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	return b.finishDelivery([]*storage.Job{r.job}, r.pending)
+	return b.finish(r.got)
 }
 
-// finishDelivery waits for the deliveries' durability and reads the bodies.
-func (b *Broker) finishDelivery(jobs []*storage.Job, pending storage.Pending) ([]Delivered, error) {
-	if len(jobs) == 0 {
+// finish waits for the deliveries' durability and reads the bodies that
+// were not durable yet when they were delivered. One of those that cannot
+// be read is left out of the reply (it is delivered: an at-least-once job
+// comes back after its RETRY); see noteUnreadableLocked.
+func (b *Broker) finish(d delivery) ([]Delivered, error) {
+	if len(d.out) == 0 {
 		return nil, nil
 	}
-	if err := pending.Wait(); err != nil {
+	if err := d.pending.Wait(); err != nil {
 		return nil, wrapStore(err)
 	}
-	bodies, err := b.st.Bodies(jobs)
-	if err != nil {
-		return nil, wrapStore(err)
+	if len(d.late) == 0 {
+		return d.out, nil
 	}
-	out := make([]Delivered, len(jobs))
-	for i, j := range jobs {
-		out[i] = Delivered{Queue: j.Queue, ID: j.ID, Body: bodies[i], Nacks: j.Nacks, AdditionalDeliveries: j.AdditionalDeliveries}
+	drop := false
+	for k, r := range b.st.Bodies(d.late) {
+		i := d.lateAt[k]
+		if r.Err != nil {
+			if !errors.Is(r.Err, storage.ErrNotFound) { // not deleted since: unreadable
+				b.mu.Lock()
+				b.noteUnreadableLocked(d.late[k], r.Err, unreadableDelivered)
+				b.mu.Unlock()
+			}
+			d.out[i].ID, drop = "", true
+			continue
+		}
+		d.out[i].Body = r.Body
 	}
-	return out, nil
+	if drop {
+		d.out = slices.DeleteFunc(d.out, func(x Delivered) bool { return x.ID == "" })
+	}
+	return d.out, nil
+}
+
+// candidate is a queue entry popped from a head for delivery.
+type candidate struct {
+	q   *queueState
+	pos storage.QueuePos
 }
 
 // deliverLocked takes up to count queued jobs from the queues round-robin
 // and applies their deliveries, one store batch per round. Heads are
 // refilled only between rounds: a refill reads the index, where popped
 // entries stay queued until their batch applies.
-func (b *Broker) deliverLocked(names []string, count int, now int64) ([]*storage.Job, storage.Pending, error) {
+//
+// Bodies are read before the deliveries are recorded, under mu, so that a
+// job whose body cannot be read (a damaged AOF) is not delivered at all —
+// the others of the batch are — rather than recorded as delivered and then
+// lost to the client (an at-most-once job would never come back). Those
+// reads are of durable records, nearly always in the page cache. A body
+// that is not durable yet (its ADD is being written: a job taken moments
+// after it was added) is read after the wait instead (finish): reading it
+// here would wait under mu for the AOF write — for the fsync, under
+// appendfsync always — and it was written from memory just now.
+func (b *Broker) deliverLocked(names []string, count int, now int64) (delivery, error) {
 	var qs []*queueState
 	for _, name := range names {
 		if b.st.PauseState(name)&storage.PauseOut != 0 {
@@ -149,49 +194,143 @@ func (b *Broker) deliverLocked(names []string, count int, now int64) ([]*storage
 		}
 	}
 	retryFn := func(j *storage.Job) int64 { return retryTime(now, j.Retry) }
-	var jobs []*storage.Job
-	var pending storage.Pending
-	for len(jobs) < count {
+	var d delivery
+	for len(d.out) < count {
 		for _, q := range qs {
-			if err := b.refillLocked(q, count-len(jobs)); err != nil {
-				return nil, storage.Pending{}, wrapStore(err)
+			if err := b.refillLocked(q, count-len(d.out)); err != nil {
+				return delivery{}, wrapStore(err)
 			}
 		}
-		batch := b.st.NewBatch()
-		var from []*queueState
-		for progress := true; progress && len(from)+len(jobs) < count; {
+		var cands []candidate
+		for progress := true; progress && len(cands)+len(d.out) < count; {
 			progress = false
 			for _, q := range qs {
-				if len(from)+len(jobs) == count {
+				if len(cands)+len(d.out) == count {
 					break
 				}
 				if p, ok := q.head.Pop(); ok {
-					batch.DeliverAt(q.name, p, retryFn)
-					from = append(from, q)
+					cands = append(cands, candidate{q, p})
 					progress = true
 				}
 			}
 		}
-		if len(from) == 0 {
+		if len(cands) == 0 {
 			break
 		}
+		entries := make([]storage.QueueEntry, len(cands))
+		for i, c := range cands {
+			entries[i] = storage.QueueEntry{Queue: c.q.name, Pos: c.pos}
+		}
+		jobs, err := b.st.QueuedJobs(entries)
+		if err != nil {
+			for _, c := range cands {
+				c.q.head.Insert(c.pos) // still queued: back where they were
+			}
+			return delivery{}, wrapStore(err)
+		}
+		// Read the durable bodies; the others are read in finish.
+		durable := b.st.Durable()
+		var early []*storage.Job
+		var earlyAt []int
+		for i, j := range jobs {
+			if j != nil && j.BodyLSN < durable {
+				early = append(early, j)
+				earlyAt = append(earlyAt, i)
+			}
+		}
+		bodies := make([][]byte, len(cands))
+		for k, r := range b.st.Bodies(early) {
+			i := earlyAt[k]
+			switch {
+			case r.Err == nil:
+				bodies[i] = r.Body
+			case errors.Is(r.Err, storage.ErrNotFound):
+				jobs[i] = nil // deleted meanwhile: stale
+			default:
+				b.markUnreadableLocked(cands[i].q, jobs[i], r.Err)
+				jobs[i] = nil
+			}
+		}
+		batch := b.st.NewBatch()
+		var from []int // batch op → candidate
+		for i, j := range jobs {
+			if j != nil { // nil: stale (acked, deleted or moved since it was queued) or unreadable
+				batch.DeliverAt(cands[i].q.name, cands[i].pos, retryFn)
+				from = append(from, i)
+			}
+		}
+		if batch.Len() == 0 {
+			continue
+		}
 		res, p := b.st.Apply(batch)
-		for i, r := range res {
+		for k, r := range res {
 			if r.Err != nil {
 				if errUnusable(r.Err) {
-					return nil, storage.Pending{}, wrapStore(r.Err)
+					return delivery{}, wrapStore(r.Err)
 				}
-				continue // stale: acked, deleted or moved since it was queued
+				continue // stale
 			}
-			jobs = append(jobs, r.Job)
-			from[i].jobsOut++
-			from[i].atime = now
+			i := from[k]
+			q := cands[i].q
+			q.jobsOut++
+			q.atime = now
 			b.stats.JobsDelivered++
 			b.syncTimersLocked(r.Job.ID, r.Job)
+			j := r.Job
+			if jobs[i].BodyLSN >= durable {
+				d.late = append(d.late, j)
+				d.lateAt = append(d.lateAt, len(d.out))
+			}
+			d.out = append(d.out, Delivered{Queue: j.Queue, ID: j.ID, Body: bodies[i], Nacks: j.Nacks,
+				AdditionalDeliveries: j.AdditionalDeliveries})
 		}
-		pending = pending.Join(p)
+		d.pending = d.pending.Join(p)
 	}
-	return jobs, pending, nil
+	return d, nil
+}
+
+// markUnreadableLocked leaves a queued job whose body cannot be read out
+// of deliveries: it is dropped from the queue's head and refills pass it
+// over (queueState.unreadable), so GETJOB does not trip on it again; it
+// stays queued in the index, so a restart after the AOF is repaired tries
+// it again. It is counted and logged (noteUnreadableLocked).
+func (b *Broker) markUnreadableLocked(q *queueState, j *storage.Job, err error) {
+	if q.unreadable == nil {
+		q.unreadable = map[string]struct{}{}
+	}
+	q.unreadable[j.ID] = struct{}{}
+	b.noteUnreadableLocked(j, err, unreadableQueued)
+}
+
+// unreadableLogEvery bounds the ERROR lines about unreadable bodies: one
+// per interval, the rest counted into the next line (a damaged segment can
+// hold thousands of bodies).
+const unreadableLogEvery = time.Second
+
+// What was done about a job whose body could not be read.
+const (
+	unreadableQueued = "queue: a job's body cannot be read from the aof; " +
+		"the job is left queued and undelivered (a restart after a repair retries it)"
+	unreadableDelivered = "queue: a delivered job's body cannot be read from the aof; " +
+		"it is left out of the reply (an at-least-once job is delivered again after its RETRY)"
+	unreadablePeeked = "queue: QPEEK leaves out a job whose body cannot be read from the aof"
+)
+
+// noteUnreadableLocked logs a job whose body could not be read, at ERROR,
+// at most one line per unreadableLogEvery, and counts it in
+// Stats.JobsUnreadable unless a QPEEK found it (what says which).
+func (b *Broker) noteUnreadableLocked(j *storage.Job, err error, what string) {
+	if what != unreadablePeeked {
+		b.stats.JobsUnreadable++
+	}
+	now := b.nowMillis()
+	if b.unreadableLog.last != 0 && now-b.unreadableLog.last < unreadableLogEvery.Milliseconds() {
+		b.unreadableLog.suppressed++
+		return
+	}
+	b.opts.Logger.Error(what, "job", j.ID, "queue", j.Queue, "body_lsn", uint64(j.BodyLSN),
+		"err", err, "unreadable_since_last_line", b.unreadableLog.suppressed)
+	b.unreadableLog.last, b.unreadableLog.suppressed = now, 0
 }
 
 // deliverWhileFailedLocked is GETJOB while the store has failed (an AOF
@@ -205,8 +344,9 @@ func (b *Broker) deliverLocked(names []string, count int, now int64) ([]*storage
 // all. Queues are read left to right from the index, past a per-queue
 // cursor so that each job goes out once; this broker is replaced when the
 // store is reopened, and the cursors with it. It never blocks: nothing can
-// be queued while the store is failed.
-func (b *Broker) deliverWhileFailedLocked(names []string, count int, now int64) ([]*storage.Job, error) {
+// be queued while the store is failed. A job whose body cannot be read is
+// passed over, and counted.
+func (b *Broker) deliverWhileFailedLocked(names []string, count int, now int64) ([]Delivered, error) {
 	if b.failedCursor == nil {
 		b.failedCursor = map[string]storage.QueuePos{}
 	}
@@ -229,7 +369,6 @@ func (b *Broker) deliverWhileFailedLocked(names []string, count int, now int64) 
 					continue
 				}
 				jobs = append(jobs, j)
-				b.stats.JobsDelivered++
 				if len(jobs) == count {
 					break
 				}
@@ -243,7 +382,20 @@ func (b *Broker) deliverWhileFailedLocked(names []string, count int, now int64) 
 			q.atime = now
 		}
 	}
-	return jobs, nil
+	out := make([]Delivered, 0, len(jobs))
+	for k, r := range b.st.Bodies(jobs) {
+		j := jobs[k]
+		switch {
+		case errors.Is(r.Err, storage.ErrNotFound):
+			continue
+		case r.Err != nil:
+			b.noteUnreadableLocked(j, r.Err, unreadableQueued)
+			continue
+		}
+		b.stats.JobsDelivered++
+		out = append(out, Delivered{Queue: j.Queue, ID: j.ID, Body: r.Body, Nacks: j.Nacks, AdditionalDeliveries: j.AdditionalDeliveries})
+	}
+	return out, nil
 }
 
 // serveWaitersLocked hands queued jobs of q to its blocked clients, oldest
@@ -258,13 +410,13 @@ func (b *Broker) serveWaitersLocked(q *queueState, now int64) {
 			q.waiters = q.waiters[1:]
 			continue
 		}
-		jobs, pending, err := b.deliverLocked([]string{q.name}, 1, now)
-		if err != nil || len(jobs) == 0 {
+		got, err := b.deliverLocked([]string{q.name}, 1, now)
+		if err != nil || len(got.out) == 0 {
 			return
 		}
 		w.done = true
 		b.removeWaiterLocked(w)
-		w.ch <- waiterResult{job: jobs[0], pending: pending}
+		w.ch <- waiterResult{got: got}
 	}
 }
 

@@ -238,16 +238,32 @@ func (b *Broker) Peek(name string, count int, newest bool) ([]Delivered, error) 
 	if err != nil {
 		return nil, wrapStore(err)
 	}
-	out := make([]Delivered, 0, len(pos))
+	jobs := make([]*storage.Job, 0, len(pos))
 	for _, p := range pos {
-		j, body, err := b.Job(p.ID)
-		if errors.Is(err, ErrNoJob) {
+		j, err := b.st.Job(p.ID)
+		if errors.Is(err, storage.ErrNotFound) {
 			continue // deleted since the scan
 		}
 		if err != nil {
-			return nil, err
+			return nil, wrapStore(err)
 		}
-		out = append(out, Delivered{Queue: j.Queue, ID: j.ID, Body: body, Nacks: j.Nacks, AdditionalDeliveries: j.AdditionalDeliveries})
+		jobs = append(jobs, j)
+	}
+	out := make([]Delivered, 0, len(jobs))
+	for k, r := range b.st.Bodies(jobs) {
+		j := jobs[k]
+		switch {
+		case errors.Is(r.Err, storage.ErrNotFound):
+			continue // deleted since it was read
+		case r.Err != nil:
+			// GETJOB leaves such a job queued and undelivered; QPEEK shows
+			// the others rather than failing for it.
+			b.mu.Lock()
+			b.noteUnreadableLocked(j, r.Err, unreadablePeeked)
+			b.mu.Unlock()
+			continue
+		}
+		out = append(out, Delivered{Queue: j.Queue, ID: j.ID, Body: r.Body, Nacks: j.Nacks, AdditionalDeliveries: j.AdditionalDeliveries})
 	}
 	return out, nil
 }
@@ -299,6 +315,7 @@ func (b *Broker) FlushAll() error {
 	p := b.st.FlushAll()
 	for _, q := range b.queues {
 		q.head = NewHead(b.opts.HeadSize) // complete and empty, like the queue
+		q.unreadable = nil
 	}
 	b.wheel = NewWheel(b.nowMillis())
 	b.cursor, b.loader = storage.Event{}, loaderDone

@@ -11,8 +11,16 @@ import (
 // Run drives the timers until Close: it fires due events (delayed jobs
 // queued, unacked jobs requeued, expired jobs deleted) and slides the
 // wheel's horizon forward from the on-disk schedule. Only Run reads the
-// clock for timers; the wheel takes time as an argument.
+// clock for timers; the wheel takes time as an argument. Run on a closed
+// broker, or a second Run, returns at once.
 func (b *Broker) Run() {
+	b.mu.Lock()
+	if b.closed || b.running {
+		b.mu.Unlock()
+		return
+	}
+	b.running = true
+	b.mu.Unlock()
 	defer close(b.done)
 	const idle = 100 * time.Millisecond
 	t := time.NewTimer(0)

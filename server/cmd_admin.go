@@ -362,6 +362,9 @@ func cmdInfo(s *Server, c *call) {
 			fmt.Sprintf("jobs_acked:%d", bs.JobsAcked),
 			fmt.Sprintf("jobs_requeued:%d", bs.JobsRequeued),
 			fmt.Sprintf("jobs_expired:%d", bs.JobsExpired),
+			// Jobs whose body GETJOB could not read from the AOF: left
+			// queued and undelivered (see the server log).
+			fmt.Sprintf("jobs_unreadable:%d", bs.JobsUnreadable),
 		)
 	}
 	add("Stats", stats...)

@@ -151,9 +151,11 @@ func (c *checker) meta() error {
 		return err
 	}
 	if v != nil {
-		if c.rep.Applied, c.rep.Jobs, err = decodeState(v); err != nil {
+		st, err := decodeState(v)
+		if err != nil {
 			c.rep.problem("the index's state key does not decode: %v", err)
 		}
+		c.rep.Applied, c.rep.Jobs = st.applied, st.jobs
 	}
 	if v, err = c.get(keyNodeID); err != nil {
 		return err

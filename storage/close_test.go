@@ -60,7 +60,7 @@ func testReadsRaceClose(t *testing.T) {
 	reads := map[string]func(i int) error{
 		"Job":        func(i int) error { _, err := s.Job(jobs[i%len(jobs)].ID); return err },
 		"Body":       func(i int) error { _, err := s.Body(last[i%len(last)]); return err },
-		"Bodies":     func(i int) error { _, err := s.Bodies(last); return err },
+		"Bodies":     func(i int) error { return s.Bodies(last)[0].Err },
 		"QueueRange": func(int) error { _, err := s.QueueRange("q", QueuePos{}, 50); return err },
 		"QueueNewest": func(int) error {
 			_, err := s.QueueNewest("q", 50)

@@ -41,6 +41,8 @@ type Result struct {
 type Batch struct {
 	s   *Store
 	ops []*op
+	// node is the store's node id, read by the first AddNew.
+	node string
 }
 
 // Len returns the number of operations in the batch.
@@ -222,18 +224,17 @@ func failApplied(res []Result, err error) {
 
 // prefetchQueued reads, for the deliveries in ops that name their queue
 // position (Batch.DeliverAt) and are not in the job cache, the jobs from the
-// values of their queue-order keys (in the write buffer, or else in Pebble:
-// one iterator walk per queue, in queue
-// order, where a batch's deliveries sit next to each other, instead of a
-// random point lookup per job (the lookup was 40% of a consuming server's
-// CPU, mostly block-cache misses). It runs under mu before any op of the
-// batch applies, so the values are the index's current jobs; it puts them
-// in overlay, which resolve reads first.
+// values of their queue-order keys (queueValuesLocked): in queue order,
+// where a batch's deliveries sit next to each other, instead of a random
+// point lookup per job (the lookup was 40% of a consuming server's CPU,
+// mostly block-cache misses). It runs under mu before any op of the batch
+// applies, so the values are the index's current jobs; it puts them in
+// overlay, which resolve reads first.
 func (s *Store) prefetchQueued(ops []*op, overlay map[string]*Job) error {
 	if overlay == nil {
 		return nil
 	}
-	var byQueue map[string][]QueuePos
+	var want []QueueEntry
 	for _, o := range ops {
 		if o.typ != recDeliver || o.hintQueue == "" {
 			continue
@@ -241,42 +242,135 @@ func (s *Store) prefetchQueued(ops []*op, overlay map[string]*Job) error {
 		if _, ok := s.cache.get(o.id); ok {
 			continue
 		}
+		want = append(want, QueueEntry{Queue: o.hintQueue, Pos: QueuePos{Ctime: o.hintCtime, ID: o.id}})
+	}
+	return s.queueValuesLocked(want, func(_ int, j *Job) {
+		if j != nil {
+			overlay[j.ID] = j
+		}
+	})
+}
+
+// QueueEntry names a queued job by its queue and its position there.
+type QueueEntry struct {
+	Queue string
+	Pos   QueuePos
+}
+
+// QueuedJobs returns the jobs at entries as the index holds them now, in
+// order: nil for an entry that is no longer queued there (delivered,
+// acked, deleted or moved since the caller read the position). It reads
+// them as a delivery does (queueValuesLocked: in queue order, from the
+// values of the queue-order keys) and leaves them in the job cache, so a
+// Batch.DeliverAt of the same jobs applied next costs no further read.
+func (s *Store) QueuedJobs(entries []QueueEntry) ([]*Job, error) {
+	out := make([]*Job, len(entries))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usableLocked(); err != nil && !errors.Is(err, ErrFailed) {
+		return nil, err
+	}
+	var want []QueueEntry
+	var at []int // want[k] is entries[at[k]]
+	for i, e := range entries {
+		if j, ok := s.cache.get(e.Pos.ID); ok {
+			if j.State == StateQueued && j.Queue == e.Queue && j.Ctime == e.Pos.Ctime {
+				out[i] = j
+			}
+			continue
+		}
+		want = append(want, e)
+		at = append(at, i)
+	}
+	var old []int // entries whose key carries no job (an index written before it did)
+	err := s.queueValuesLocked(want, func(k int, j *Job) {
+		if j == nil {
+			old = append(old, at[k])
+			return
+		}
+		out[at[k]] = j
+		s.cache.put(j)
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range old {
+		j, err := s.currentJob(nil, entries[i].Pos.ID)
+		if err != nil {
+			return nil, err
+		}
+		if j != nil && j.State == StateQueued && j.Queue == entries[i].Queue && j.Ctime == entries[i].Pos.Ctime {
+			out[i] = j
+			s.cache.put(j)
+		}
+	}
+	return out, nil
+}
+
+// queueValuesLocked reads the queue-order keys of entries: from the write
+// buffer, or else from Pebble with one iterator walk per queue over the
+// span of its entries. It calls fn(k, j) for each entries[k] whose key is
+// in the index, with the job the key's value carries, or nil if the value
+// is empty (an index written before queue keys carried their job); not at
+// all for an entry whose key is not (no longer) there. mu must be held.
+func (s *Store) queueValuesLocked(entries []QueueEntry, fn func(k int, j *Job)) error {
+	type wanted struct {
+		pos QueuePos
+		k   int
+	}
+	var byQueue map[string][]wanted
+	for k, e := range entries {
 		// A queue key written since the buffer's last flush is read there.
-		s.kbuf = appendQueueKey(s.kbuf[:0], o.hintQueue, o.hintCtime, o.id)
-		if e, ok := s.buf.lookup(s.kbuf); ok {
-			if !e.del && len(e.value) > 0 {
-				j, err := e.decode(o.id, s.selfNodes)
+		s.kbuf = appendQueueKey(s.kbuf[:0], e.Queue, e.Pos.Ctime, e.Pos.ID)
+		if be, ok := s.buf.lookup(s.kbuf); ok {
+			switch {
+			case be.del:
+			case len(be.value) == 0:
+				fn(k, nil)
+			default:
+				j, err := be.decode(e.Pos.ID, s.selfNodes)
 				if err != nil {
 					return err
 				}
-				overlay[o.id] = j
+				fn(k, j)
 			}
 			continue
 		}
 		if byQueue == nil {
-			byQueue = map[string][]QueuePos{}
+			byQueue = map[string][]wanted{}
 		}
-		byQueue[o.hintQueue] = append(byQueue[o.hintQueue], QueuePos{Ctime: o.hintCtime, ID: o.id})
+		byQueue[e.Queue] = append(byQueue[e.Queue], wanted{e.Pos, k})
 	}
+	cmpWanted := func(a, b wanted) int { return cmpQueuePos(a.pos, b.pos) }
 	for queue, want := range byQueue {
-		slices.SortFunc(want, cmpQueuePos)
-		lower := queueKey(queue, want[0].Ctime, want[0].ID)
-		last := want[len(want)-1]
+		if len(want) == 1 {
+			// One key: a point lookup (bloom filters) is cheaper than an
+			// iterator over every level.
+			if err := s.getQueueValue(queue, want[0].pos, func(j *Job) { fn(want[0].k, j) }); err != nil {
+				return err
+			}
+			continue
+		}
+		slices.SortFunc(want, cmpWanted)
+		lower := queueKey(queue, want[0].pos.Ctime, want[0].pos.ID)
+		last := want[len(want)-1].pos
 		upper := append(queueKey(queue, last.Ctime, last.ID), 0)
 		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 		if err != nil {
 			return err
 		}
 		for ok := it.First(); ok; ok = it.Next() {
-			if len(it.Value()) == 0 {
-				continue // written before queue keys carried their job
-			}
 			ctime, id, err := parseQueueKey(it.Key())
 			if err != nil {
 				it.Close()
 				return err
 			}
-			if _, found := slices.BinarySearchFunc(want, QueuePos{Ctime: ctime, ID: id}, cmpQueuePos); !found {
+			i, found := slices.BinarySearchFunc(want, wanted{pos: QueuePos{Ctime: ctime, ID: id}}, cmpWanted)
+			if !found {
+				continue
+			}
+			if len(it.Value()) == 0 {
+				fn(want[i].k, nil)
 				continue
 			}
 			j, err := decodeJob(id, it.Value(), s.selfNodes)
@@ -284,12 +378,36 @@ func (s *Store) prefetchQueued(ops []*op, overlay map[string]*Job) error {
 				it.Close()
 				return err
 			}
-			overlay[id] = j
+			fn(want[i].k, j)
 		}
 		if err := errors.Join(it.Error(), it.Close()); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// getQueueValue is queueValuesLocked for one entry in Pebble: fn(j), with
+// nil for an empty value, if the key is there.
+func (s *Store) getQueueValue(queue string, p QueuePos, fn func(j *Job)) error {
+	s.kbuf = appendQueueKey(s.kbuf[:0], queue, p.Ctime, p.ID)
+	v, closer, err := s.db.Get(s.kbuf)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	if len(v) == 0 {
+		fn(nil)
+		return nil
+	}
+	j, err := decodeJob(p.ID, v, s.selfNodes) // copies what it keeps
+	if err != nil {
+		return err
+	}
+	fn(j)
 	return nil
 }
 
@@ -566,6 +684,7 @@ func (s *Store) putJob(b *writeBuffer, old, nj *Job) error {
 	case old == nil && nj != nil:
 		s.jobs++
 		s.addLive(nj, +1)
+		s.maxCtime = max(s.maxCtime, nj.Ctime)
 	case old != nil && nj == nil:
 		s.jobs--
 		s.addLive(old, -1)
@@ -673,7 +792,7 @@ func (s *Store) writeMetaLocked(b *pebble.Batch) error {
 		}
 	}
 	clear(s.dirtySegments)
-	errs = append(errs, b.Set(keyState, encodeState(s.applied, s.jobs), nil))
+	errs = append(errs, b.Set(keyState, encodeState(indexState{applied: s.applied, jobs: s.jobs, maxCtime: s.maxCtime}), nil))
 	return errors.Join(errs...)
 }
 

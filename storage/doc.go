@@ -33,10 +33,13 @@
 // same batch as every add, ack, delete, expiry and move) says which segments
 // are dead. RewriteSegment copies a sparse segment's live bodies forward as
 // MOVE records, so a checkpoint can remove it (see segments.go; package gc
-// decides when). A background loop
-// checkpoints every CheckpointInterval and after CheckpointBytes of AOF, so a
-// restart replays a short tail whatever the number of jobs. Close
-// checkpoints, so a clean restart replays nothing.
+// decides when). A reader may hold a job read before its body moved and
+// its segment went: Body and Bodies then read the job again and follow the
+// body to where it is now (with one result per job: one unreadable body
+// does not fail the others), so a collection never fails a read. A
+// background loop checkpoints every CheckpointInterval and after
+// CheckpointBytes of AOF, so a restart replays a short tail whatever the
+// number of jobs. Close checkpoints, so a clean restart replays nothing.
 //
 // Open reads only the AOF tail the index has not applied. The sealed
 // segments are read once after Open, in the background and at a bounded
@@ -49,7 +52,9 @@
 // See keys.go: j/ jobs, q/ queue order (ctime, id; the value is the job,
 // as j/ holds it, so deliveries read a queue's jobs in order), s/ schedule (due, kind,
 // id), p/ pause states, c/ queued counts, g/ live bodies per AOF segment, m/
-// metadata (applied LSN, node id, format version, job count).
+// metadata (applied LSN, node id, format version, job count, and the highest
+// ctime of any job added: Store.MaxCtime, so that ctimes never go back across a
+// restart).
 //
 // Job values are format 2 (codec.go encodeJob): the id is left to the key
 // and a node list that is just this store's node to a flag, which more than
@@ -63,9 +68,18 @@
 // buffer created and then deleted never reaches Pebble, so a job added,
 // delivered and acked within one buffer costs Pebble nothing; what does
 // reach it is one large sorted batch, whose memtable inserts are cheap.
-// Reads see the buffer over Pebble. Job keys, random and only looked up in
-// the hot path, sit in a map beside the buffer's btree and are sorted when
-// a flush or a JSCAN needs them in order; so do the deletions of keys Pebble
+// Whether a key is new to the index (so that deleting it needs no
+// tombstone) is derived from the job's state before the write, and the
+// buffer refuses a claim it can see is wrong; under invariants (race
+// builds, or the diskque_invariants tag) it also checks Pebble before it
+// drops a new key without a tombstone, and fails the store with
+// ErrIndexInvariant rather than let an old value come back. The one write
+// that skips the lookup, Batch.AddNew, makes the job's id itself, so it
+// cannot be handed an id that exists. Reads see the buffer over Pebble,
+// and a range deletion (FLUSHALL) hides the Pebble keys it covers from the
+// moment it is buffered, not only once it is flushed. Job keys, random
+// and only looked up in the hot path, sit in a map beside the buffer's
+// btree and are sorted when a flush or a JSCAN needs them in order; so do the deletions of keys Pebble
 // holds, which a scan only needs to hide Pebble's keys. Job and queue keys
 // keep the job they encode, so reads through the buffer do not decode it
 // (and a new job skips the job cache: the buffer holds it until Pebble

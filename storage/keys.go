@@ -30,8 +30,10 @@ const (
 )
 
 var (
-	// keyState holds the applied LSN (8 bytes) and the job count (uvarint),
-	// written together once per batch.
+	// keyState holds the applied LSN (8 bytes), the job count (uvarint)
+	// and the highest ctime of any job added (uvarint), written together
+	// with every buffer flush. An index written before the ctime was kept
+	// has only the first two.
 	keyState  = []byte("mstate")
 	keyFormat = []byte("mformat")
 	keyNodeID = []byte("mnode")
@@ -41,20 +43,45 @@ var (
 	keyRebuild = []byte("mrebuild")
 )
 
-func encodeState(applied wal.LSN, jobs int64) []byte {
-	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(applied))
-	return binary.AppendUvarint(v, uint64(jobs))
+// indexState is the value of keyState.
+type indexState struct {
+	applied wal.LSN
+	jobs    int64
+	// maxCtime is the highest ctime of any job ever added (FlushAll and
+	// deletes do not lower it), so that a restart's CtimeClock never issues
+	// a smaller one, whatever the wall clock did meanwhile.
+	maxCtime uint64
+	// hasMaxCtime: the value carried maxCtime (an older index's did not).
+	hasMaxCtime bool
 }
 
-func decodeState(v []byte) (wal.LSN, int64, error) {
+func encodeState(st indexState) []byte {
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 24), uint64(st.applied))
+	v = binary.AppendUvarint(v, uint64(st.jobs))
+	return binary.AppendUvarint(v, st.maxCtime)
+}
+
+func decodeState(v []byte) (indexState, error) {
+	bad := fmt.Errorf("storage: malformed state key")
 	if len(v) < 9 {
-		return 0, 0, fmt.Errorf("storage: malformed state key")
+		return indexState{}, bad
 	}
+	st := indexState{applied: wal.LSN(binary.BigEndian.Uint64(v))}
 	jobs, n := binary.Uvarint(v[8:])
-	if n <= 0 || 8+n != len(v) {
-		return 0, 0, fmt.Errorf("storage: malformed state key")
+	if n <= 0 {
+		return indexState{}, bad
 	}
-	return wal.LSN(binary.BigEndian.Uint64(v)), int64(jobs), nil
+	st.jobs = int64(jobs)
+	rest := v[8+n:]
+	if len(rest) == 0 {
+		return st, nil // written before maxCtime was kept
+	}
+	ctime, m := binary.Uvarint(rest)
+	if m <= 0 || m != len(rest) {
+		return indexState{}, bad
+	}
+	st.maxCtime, st.hasMaxCtime = ctime, true
+	return st, nil
 }
 
 // formatVersion is the index's format. Format 1 wrote index values with

@@ -164,15 +164,26 @@ func (b *Batch) Add(j *Job, body []byte) error {
 	return nil
 }
 
-// AddNew is Add for a job whose id the caller has just made with NewJobID:
-// 144 random bits cannot collide, so the store skips the index lookup that
-// refuses a duplicate id. Never use it for an id that came from elsewhere
-// (a client, another node): a duplicate would corrupt the index. The batch
-// takes j over (no copy): the caller must not change it afterwards, and
-// the job of the add's Result is j itself.
-func (b *Batch) AddNew(j *Job, body []byte) error {
+// AddNew is Add for a new job of this node: the store makes its id
+// (NewJobID, from ttlSeconds and the job's Retry) and sets j.ID, which must
+// be empty. 144 random bits cannot collide, so the store skips the index
+// lookup that refuses a duplicate id and writes the job's keys as new to
+// the index (no tombstone when they go): because no caller can hand it an
+// id from elsewhere (a client, another node), a duplicate that would bring
+// an old job back cannot happen. The batch takes j over (no copy): the
+// caller must not change it afterwards, and the job of the add's Result is
+// j itself.
+func (b *Batch) AddNew(j *Job, body []byte, ttlSeconds int64) error {
+	if j.ID != "" {
+		return fmt.Errorf("%w: AddNew makes the job id itself, got %q", ErrInvalidJob, j.ID)
+	}
+	if b.node == "" {
+		b.node = b.s.NodeID()
+	}
+	j.ID = NewJobID(b.node, ttlSeconds, int64(j.Retry))
 	o, err := b.s.addOp(j, body, true)
 	if err != nil {
+		j.ID = ""
 		return err
 	}
 	o.fresh = true

@@ -55,25 +55,55 @@ func (s *Store) job(id string) (*Job, error) {
 	return j, nil
 }
 
-// Body reads a job's body from the AOF, checking the record's checksum.
+// Body reads a job's body from the AOF, checking the record's checksum. j
+// may be a copy read some time ago: when the read fails, the job is read
+// again by id and, if the segment collector moved its body meanwhile, the
+// body is read where it is now (see Bodies). A job deleted meanwhile gives
+// ErrNotFound.
 func (s *Store) Body(j *Job) ([]byte, error) {
-	if err := s.pin(); err != nil {
-		return nil, err
-	}
-	defer s.unpin()
-	r, err := s.log.ReadSized(j.BodyLSN, bodyRecordHint(j))
-	if err != nil {
-		return nil, fmt.Errorf("storage: body of %s: %w", j.ID, err)
-	}
-	return bodyOf(j, r)
+	r := s.Bodies([]*Job{j})[0]
+	return r.Body, r.Err
 }
 
-// Bodies returns the bodies of jobs, in order: Body for many jobs, reading
-// the records that lie close together in the AOF (jobs added together, a
-// GETJOB COUNT's usual catch) with one read instead of one each.
-func (s *Store) Bodies(jobs []*Job) ([][]byte, error) {
+// BodyResult is one job's body as Bodies read it, or why it could not be.
+type BodyResult struct {
+	Body []byte
+	// Err is nil, ErrNotFound (the job was deleted since the caller read
+	// it), or the failure to read or decode the body at the job's current
+	// location: the job is there but its body cannot be had.
+	Err error
+}
+
+// bodyReadAttempts bounds how often Bodies follows a body the collector
+// moved while it was being read: each further attempt needs another
+// rewrite and checkpoint of the segment in between.
+const bodyReadAttempts = 4
+
+// Bodies returns the bodies of jobs, in order, each with its own outcome
+// (one unreadable body does not spoil the others): Body for many jobs,
+// reading the records that lie close together in the AOF (jobs added
+// together, a GETJOB COUNT's usual catch) with one read instead of one each.
+//
+// The jobs may be copies read before, with no lock held since: the segment
+// collector may have moved a body (RewriteSegment) and a checkpoint removed
+// its old segment in between. So a body whose read fails is looked for
+// again: the job is read by id and, if its BodyLSN changed, read there (up
+// to bodyReadAttempts times); a job gone meanwhile reports ErrNotFound.
+// Whatever error the first read gave (the wal says ErrNotFound for a
+// removed segment, but a segment removed between its lookup and the read
+// can surface otherwise), only a failure at the job's current location is
+// reported. LSNs are never reused and bodyOf checks the record's job id, so
+// a stale LSN never yields another job's body.
+func (s *Store) Bodies(jobs []*Job) []BodyResult {
+	out := make([]BodyResult, len(jobs))
+	if len(jobs) == 0 {
+		return out
+	}
 	if err := s.pin(); err != nil {
-		return nil, err
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
 	}
 	defer s.unpin()
 	lsns := make([]wal.LSN, len(jobs))
@@ -81,17 +111,39 @@ func (s *Store) Bodies(jobs []*Job) ([][]byte, error) {
 	for i, j := range jobs {
 		lsns[i], hints[i] = j.BodyLSN, bodyRecordHint(j)
 	}
-	recs, err := s.log.ReadBatch(lsns, hints)
-	if err != nil {
-		return nil, fmt.Errorf("storage: bodies of %d jobs: %w", len(jobs), err)
-	}
-	out := make([][]byte, len(jobs))
+	recs, errs := s.log.ReadEach(lsns, hints)
 	for i, j := range jobs {
-		if out[i], err = bodyOf(j, recs[i]); err != nil {
-			return nil, err
+		if out[i].Err = errs[i]; out[i].Err == nil {
+			out[i].Body, out[i].Err = bodyOf(j, recs[i])
+		} else {
+			out[i].Err = fmt.Errorf("storage: body of %s at lsn %d: %w", j.ID, j.BodyLSN, out[i].Err)
 		}
 	}
-	return out, nil
+	for i, j := range jobs {
+		for attempt := 1; out[i].Err != nil && attempt < bodyReadAttempts; attempt++ {
+			cur, err := s.job(j.ID) // pinned above
+			if err != nil {
+				// ErrNotFound: deleted since the caller read it.
+				out[i] = BodyResult{Err: err}
+				break
+			}
+			if cur.BodyLSN == j.BodyLSN {
+				break // where the body is now: the error is the job's
+			}
+			j = cur
+			out[i].Body, out[i].Err = s.readBody(j)
+		}
+	}
+	return out
+}
+
+// readBody reads j's body at j.BodyLSN.
+func (s *Store) readBody(j *Job) ([]byte, error) {
+	r, err := s.log.ReadSized(j.BodyLSN, bodyRecordHint(j))
+	if err != nil {
+		return nil, fmt.Errorf("storage: body of %s at lsn %d: %w", j.ID, j.BodyLSN, err)
+	}
+	return bodyOf(j, r)
 }
 
 // bodyRecordHint is about the payload size of j's ADD (or MOVE) record: the

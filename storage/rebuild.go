@@ -53,6 +53,7 @@ func (s *Store) openIndex(popts *pebble.Options) error {
 			return fmt.Errorf("storage: open index: %w", err)
 		}
 		s.db = db
+		s.buf.pebble = db // the write buffer's invariant checks read it
 		// Compactions were held so that pebble.Open did not wait for one
 		// (see compactionGate). They must run from now on: the replay may
 		// flush memtables, and with L0 at Pebble's stop-writes threshold
@@ -132,7 +133,7 @@ func (s *Store) resetCounters() {
 	clear(s.queued)
 	clear(s.paused)
 	clear(s.segments)
-	s.applied, s.jobs, s.nodeID, s.selfNodes = 0, 0, "", nil
+	s.applied, s.jobs, s.maxCtime, s.nodeID, s.selfNodes = 0, 0, 0, "", nil
 	s.newIndex, s.rebuildCutShort = false, false
 }
 

@@ -48,6 +48,9 @@ type Store struct {
 	paused   map[string]PauseState   // non-none pause states
 	segments map[wal.LSN]segmentLive // live bodies per AOF segment
 	jobs     int64
+	// maxCtime is the highest ctime of any job added (see indexState),
+	// persisted with the counters.
+	maxCtime uint64
 	// Counters changed since the last buffer flush, which writes them.
 	dirtyQueues   map[string]struct{}
 	dirtySegments map[wal.LSN]struct{}
@@ -327,17 +330,27 @@ func (s *Store) loadMeta() error {
 	} else if v != nil {
 		s.rebuildCutShort = true
 	}
+	scanCtime := false
 	if v, err = s.get(s.db, keyState); err != nil {
 		return err
 	} else if v != nil {
-		if s.applied, s.jobs, err = decodeState(v); err != nil {
+		st, err := decodeState(v)
+		if err != nil {
 			return err
 		}
+		s.applied, s.jobs, s.maxCtime = st.applied, st.jobs, st.maxCtime
+		scanCtime = !st.hasMaxCtime
 	}
 	if v, err = s.get(s.db, keyNodeID); err != nil {
 		return err
 	} else if v != nil {
 		s.setNodeID(string(v))
+	}
+	if scanCtime {
+		// After the node id: job values refer to it.
+		if err := s.scanMaxCtime(); err != nil {
+			return err
+		}
 	}
 	err = s.scanPrefix([]byte{prefixCount}, func(k, v []byte) error {
 		n, _ := binary.Uvarint(v)
@@ -365,6 +378,37 @@ func (s *Store) loadMeta() error {
 		s.segments[wal.LSN(binary.BigEndian.Uint64(k[1:]))] = live
 		return nil
 	})
+}
+
+// scanMaxCtime finds the highest ctime among the index's jobs: once, for an
+// index written before the highest ctime was kept (the next flush stores
+// it). Jobs deleted before then are gone, so a clock stepped back below
+// their ctimes can still sort new jobs before them; it cannot below any job
+// still in the index, which is what ordering needs.
+func (s *Store) scanMaxCtime() error {
+	start := time.Now()
+	n := 0
+	err := s.scanPrefix([]byte{prefixJob}, func(k, v []byte) error {
+		j, err := decodeJob(string(k[1:]), v, s.selfNodes)
+		if err != nil {
+			return err
+		}
+		s.maxCtime = max(s.maxCtime, j.Ctime)
+		n++
+		return nil
+	})
+	s.opts.Logger.Info("storage: read the highest job ctime from the index (once, for an index written by an older build)",
+		"jobs", n, "took", time.Since(start))
+	return err
+}
+
+// MaxCtime returns the highest ctime of any job added to the store, kept
+// across restarts: a broker's CtimeClock observes it at start, so that a
+// wall clock stepped back never sorts new jobs ahead of the backlog.
+func (s *Store) MaxCtime() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxCtime
 }
 
 // replay applies the AOF records after the index's applied LSN.

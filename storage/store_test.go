@@ -186,9 +186,13 @@ func TestAddNewSkipsOnlyTheDuplicateCheck(t *testing.T) {
 	s := mustOpen(t, vfs.NewCrashableMem())
 	defer s.Close()
 	j := newTestJob(s.NodeID(), "q", 1_000_000_000, 60)
+	j.ID = ""
 	b := s.NewBatch()
-	if err := b.AddNew(j, []byte("x")); err != nil {
+	if err := b.AddNew(j, []byte("x"), 3600); err != nil {
 		t.Fatal(err)
+	}
+	if !ValidJobID(j.ID) || IDNodePrefix(j.ID) != s.NodeID()[:8] || IDAtMostOnce(j.ID) {
+		t.Fatalf("AddNew made the id %q", j.ID)
 	}
 	if res := s.Commit(b); res[0].Err != nil || res[0].Job.BodyLSN == 0 {
 		t.Fatalf("AddNew: %+v", res[0])
@@ -200,6 +204,23 @@ func TestAddNewSkipsOnlyTheDuplicateCheck(t *testing.T) {
 	again := *j
 	if err := s.Add(&again, []byte("y")); !errors.Is(err, ErrExists) {
 		t.Fatalf("duplicate Add: %v", err)
+	}
+}
+
+// TestAddNewRefusesAnID: AddNew makes the id itself, so a caller cannot
+// pass an existing job's id as new (its keys would be written without a
+// lookup, and the old job's would come back when the new one goes).
+func TestAddNewRefusesAnID(t *testing.T) {
+	s := mustOpen(t, vfs.NewCrashableMem())
+	defer s.Close()
+	old := newTestJob(s.NodeID(), "q", 1_000_000_000, 60)
+	if err := s.Add(old, []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	dup := newTestJob(s.NodeID(), "q", 2_000_000_000, 60)
+	dup.ID = old.ID
+	if err := s.NewBatch().AddNew(dup, []byte("dup"), 3600); !errors.Is(err, ErrInvalidJob) {
+		t.Fatalf("AddNew with an id: %v, want ErrInvalidJob", err)
 	}
 }
 
@@ -241,4 +262,46 @@ func TestBlockCacheHoldsBlocks(t *testing.T) {
 	if m.Count == 0 || m.Hits == 0 {
 		t.Fatalf("block cache: %d blocks, %d hits, %d misses; want blocks cached and hit", m.Count, m.Hits, m.Misses)
 	}
+}
+
+// TestOpsAfterAFlushAllInTheSameBatch: an operation applied after FLUSHALL
+// but before the buffer reaches Pebble sees the jobs the range deletions
+// cover as deleted. It used to read them from Pebble: an ACK after the
+// FLUSHALL wrote the acked job back into the index, where it outlived
+// the FLUSHALL.
+func TestOpsAfterAFlushAllInTheSameBatch(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	s := mustOpen(t, fs)
+	j := newTestJob(s.NodeID(), "q", 1_000_000_000, 60)
+	if err := s.Add(j, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Checkpoint(); err != nil { // the job is in Pebble now
+		t.Fatal(err)
+	}
+	res := make([]Result, 3)
+	if err := s.apply([]*op{{typ: recFlush}, {typ: recAck, id: j.ID}, deliverOp(j.ID, 0)}, res).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res[1:] {
+		if !errors.Is(r.Err, ErrNotFound) {
+			t.Fatalf("op %d after FLUSHALL: %+v, want ErrNotFound", i+1, r)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		if _, err := s.Job(j.ID); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("%s: the job flushed away is back: %v", when, err)
+		}
+		if jobs, err := s.ScanJobs("", 10); err != nil || len(jobs) != 0 {
+			t.Fatalf("%s: JSCAN finds %d jobs (%v)", when, len(jobs), err)
+		}
+	}
+	check("after the batch")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, fs)
+	defer s.Close()
+	check("after a restart")
 }

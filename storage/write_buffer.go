@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"unsafe"
@@ -52,9 +53,13 @@ type writeBuffer struct {
 	// entries, counting what later writes replaced (the flush trigger).
 	bytes int64
 	// rangeDels are range deletions not yet given to Pebble; they come
-	// before every entry (the entries they covered were dropped).
+	// before every entry (the entries they covered were dropped). Reads
+	// treat the Pebble keys they cover as deleted (covered).
 	rangeDels [][2][]byte
 	probe     bufEntry
+	// pebble is the index the buffer is flushed to, read by the invariants
+	// check of Delete (nil: not checked).
+	pebble pebble.Reader
 	// Entries and their bytes come from slabs, dropped at each flush: the
 	// buffer makes two objects per index write, not four.
 	entries []bufEntry
@@ -68,7 +73,10 @@ type bufEntry struct {
 	value []byte // in the arena
 	del   bool
 	// fresh: the key is not in Pebble (the buffer created it), so deleting
-	// it needs no tombstone.
+	// it needs no tombstone. The writer says so (it knows from the job's
+	// state before the write); the buffer refuses a claim it can see is
+	// wrong (Set) and, under invariants, checks Pebble before it drops a
+	// fresh key without a tombstone (Delete).
 	fresh bool
 	// job is value decoded, when the writer gave it (SetJob). Jobs are
 	// never changed once stored, so readers may share it.
@@ -128,9 +136,19 @@ func (e *bufEntry) decode(id string, self []string) (*Job, error) {
 	return decodeJob(id, e.value, self)
 }
 
+// rangeDeleted is what lookup returns for a key the buffer holds no entry
+// for but a pending range deletion covers. Shared: never modified.
+var rangeDeleted = &bufEntry{del: true}
+
+// lookup returns the buffer's entry for key: its last write, or a deletion
+// (rangeDeleted for a key a pending range deletion covers); false when the
+// buffer knows nothing of it (read Pebble then).
 func (w *writeBuffer) lookup(key []byte) (*bufEntry, bool) {
 	if isJobKey(key) {
 		e, ok := w.jobs[unsafeString(key)]
+		if !ok && w.covered(key) {
+			return rangeDeleted, true
+		}
 		return e, ok
 	}
 	w.probe.key = unsafeString(key) // only for the lookup: not kept
@@ -139,43 +157,78 @@ func (w *writeBuffer) lookup(key []byte) (*bufEntry, bool) {
 	if !ok {
 		e, ok = w.dels[unsafeString(key)]
 	}
+	if !ok && w.covered(key) {
+		return rangeDeleted, true
+	}
 	return e, ok
 }
 
-// Set records a write of key. An entry the key already had keeps its
-// freshness: the key is in Pebble if it was when the entry was made.
+// ErrIndexInvariant is returned (and fails the store) when a write into
+// the index would break one of its invariants: a key claimed new (fresh)
+// that the index already holds, whose deletion would then leave no
+// tombstone and bring the old value back. It is always a bug in the
+// store's own code; nothing is written.
+var ErrIndexInvariant = errors.New("storage: index invariant violated")
+
+// Set records a write of key. fresh claims that the index does not hold
+// key (so deleting it later needs no tombstone); a claim the buffer can see
+// is wrong — it holds a live entry for key — is refused with
+// ErrIndexInvariant, leaving the buffer as it was. An entry the key already
+// had keeps its freshness: the key is in Pebble if it was when the entry
+// was made.
 func (w *writeBuffer) Set(key, value []byte, fresh bool) error {
 	return w.SetJob(key, value, fresh, nil)
 }
 
 // SetJob is Set keeping j, the job value encodes, beside it.
 func (w *writeBuffer) SetJob(key, value []byte, fresh bool, j *Job) error {
-	e := w.newEntry(key, value, false, fresh)
-	e.job = j
 	if isJobKey(key) {
-		if old, ok := w.jobs[e.key]; ok {
+		old, ok := w.jobs[unsafeString(key)]
+		if ok && fresh && !old.del {
+			return freshClaimError(key)
+		}
+		e := w.newEntry(key, value, false, fresh)
+		e.job = j
+		if ok {
 			e.fresh = old.fresh
 		}
 		w.jobs[e.key] = e
 		w.jobsSorted = nil
 		return nil
 	}
-	if old, ok := w.dels[e.key]; ok {
+	e := w.newEntry(key, value, false, fresh)
+	e.job = j
+	if old, ok := w.t.ReplaceOrInsert(e); ok {
+		// The tree holds live entries only (deletions go to dels or drop
+		// the entry), so the key exists.
+		if fresh {
+			w.t.ReplaceOrInsert(old)
+			return freshClaimError(key)
+		}
+		e.fresh = old.fresh
+	} else if old, ok := w.dels[e.key]; ok {
 		e.fresh = old.fresh // false: Pebble holds the key
 		delete(w.dels, e.key)
-	}
-	if old, ok := w.t.ReplaceOrInsert(e); ok {
-		e.fresh = old.fresh
 	}
 	return nil
 }
 
+func freshClaimError(key []byte) error {
+	return fmt.Errorf("%w: key %q written as new, but the write buffer holds it", ErrIndexInvariant, key)
+}
+
 // Delete records the deletion of key; a key the buffer created goes
-// without a trace.
+// without a trace. Under invariants it first checks that Pebble does not
+// hold such a key (or that a pending range deletion covers it): otherwise
+// the key was wrongly written as fresh, and dropping it would bring
+// Pebble's value back, so it fails with ErrIndexInvariant instead.
 func (w *writeBuffer) Delete(key []byte) error {
 	e := w.newEntry(key, nil, true, false)
 	if isJobKey(key) {
 		if old, ok := w.jobs[e.key]; ok && old.fresh {
+			if err := w.checkNotInPebble(key); err != nil {
+				return err
+			}
 			delete(w.jobs, e.key)
 		} else {
 			w.jobs[e.key] = e
@@ -184,22 +237,55 @@ func (w *writeBuffer) Delete(key []byte) error {
 		return nil
 	}
 	if old, ok := w.t.Delete(e); ok && old.fresh {
+		if err := w.checkNotInPebble(key); err != nil {
+			w.t.ReplaceOrInsert(old)
+			return err
+		}
 		return nil
 	}
 	w.dels[e.key] = e
 	return nil
 }
 
-// deleted reports whether key (not a job key) has a deletion in the buffer.
+// checkNotInPebble is Delete's invariants check of a fresh key (a no-op
+// unless invariants are on and the buffer knows its Pebble).
+func (w *writeBuffer) checkNotInPebble(key []byte) error {
+	if !invariants || w.pebble == nil || w.covered(key) {
+		return nil
+	}
+	_, closer, err := w.pebble.Get(key)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("storage: invariants check of key %q: %w", key, err)
+	}
+	closer.Close()
+	return fmt.Errorf("%w: key %q was written as new, but the index holds it: deleting it without a tombstone would bring it back",
+		ErrIndexInvariant, key)
+}
+
+// deleted reports whether key (not a job key) is deleted by the buffer:
+// a deletion of it, or a pending range deletion over it.
 func (w *writeBuffer) deleted(key []byte) bool {
 	_, ok := w.dels[unsafeString(key)]
-	return ok
+	return ok || w.covered(key)
+}
+
+// covered reports whether a pending range deletion covers key.
+func (w *writeBuffer) covered(key []byte) bool {
+	for _, r := range w.rangeDels {
+		if bytes.Compare(key, r[0]) >= 0 && bytes.Compare(key, r[1]) < 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // DeleteRange records the deletion of [start, end): the buffer's entries
-// in it go, and the range deletion is given to Pebble before the rest. The
-// store flushes the buffer at the end of the commit that made it, so reads
-// never see a range deletion pending.
+// in it go, and the range deletion is given to Pebble before the rest.
+// Until then reads treat the Pebble keys it covers as deleted (lookup,
+// deleted), so nothing depends on when the buffer is flushed.
 func (w *writeBuffer) DeleteRange(start, end []byte) error {
 	var drop []*bufEntry
 	w.t.AscendRange(&bufEntry{key: string(start)}, &bufEntry{key: string(end)}, func(e *bufEntry) bool {

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -32,6 +33,7 @@ func TestWriteBufferMatchesPebble(t *testing.T) {
 		bufCursorChunk = 1 + round%3 // scans cross chunk boundaries
 		direct := open()
 		s := &Store{db: open(), buf: newWriteBuffer()}
+		s.buf.pebble = s.db // the invariants check reads it
 		var log []string
 		for i := range 60 {
 			k := []byte(keys[rng.IntN(len(keys))])
@@ -48,7 +50,12 @@ func TestWriteBufferMatchesPebble(t *testing.T) {
 				end := []byte{k[0] + byte(1+rng.IntN(3))}
 				mustDo(t, direct.DeleteRange(k, end, pebble.NoSync), s.buf.DeleteRange(k, end))
 				log = append(log, fmt.Sprintf("delrange %s-%s", k, end))
-				flushBuf(t, s) // as the store does at the end of such a commit
+				// The store flushes at the end of such a commit, but reads
+				// and writes before then must see the keys deleted.
+				if rng.IntN(2) == 0 {
+					flushBuf(t, s)
+					log = append(log, "flush")
+				}
 			default:
 				flushBuf(t, s)
 				log = append(log, "flush")
@@ -180,4 +187,61 @@ func (quietPebble) Infof(string, ...any)  {}
 func (quietPebble) Errorf(string, ...any) {}
 func (quietPebble) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf(format, args...))
+}
+
+// TestWriteBufferRefusesAWrongFreshClaim: a write that claims a key is new
+// while the buffer holds it fails with ErrIndexInvariant and changes
+// nothing: deleting such a key later would leave no tombstone.
+func TestWriteBufferRefusesAWrongFreshClaim(t *testing.T) {
+	w := newWriteBuffer()
+	for _, k := range []string{"qkey", "jkey"} { // the tree, and the job keys' map
+		mustDo(t, w.Set([]byte(k), []byte("held"), false))
+		if err := w.Set([]byte(k), []byte("claimed new"), true); !errors.Is(err, ErrIndexInvariant) {
+			t.Fatalf("%s: fresh Set over a live entry: %v, want ErrIndexInvariant", k, err)
+		}
+		if e, ok := w.lookup([]byte(k)); !ok || e.del || string(e.value) != "held" || e.fresh {
+			t.Fatalf("%s after the refused Set: %+v, %v", k, e, ok)
+		}
+		// Over a deletion the claim is right (the key was deleted), and the
+		// entry keeps the deletion's freshness: Pebble holds the key.
+		mustDo(t, w.Delete([]byte(k)), w.Set([]byte(k), []byte("again"), true))
+		if e, ok := w.lookup([]byte(k)); !ok || e.fresh {
+			t.Fatalf("%s set again after its deletion: %+v, %v", k, e, ok)
+		}
+	}
+}
+
+// TestWriteBufferChecksFreshDeletionsAgainstPebble: under invariants, the
+// deletion of a key written as fresh that Pebble does hold fails loudly
+// instead of dropping the key without a tombstone (which would bring
+// Pebble's value back) — unless a pending range deletion covers it.
+func TestWriteBufferChecksFreshDeletionsAgainstPebble(t *testing.T) {
+	if !invariants {
+		t.Skip("invariants are off (build with -race or -tags diskque_invariants)")
+	}
+	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), DisableWAL: true, Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	keys := []string{"qkey", "jkey", "skey"}
+	for _, k := range keys {
+		mustDo(t, db.Set([]byte(k), []byte("in pebble"), pebble.NoSync))
+	}
+	w := newWriteBuffer()
+	w.pebble = db
+	for _, k := range keys[:2] {
+		mustDo(t, w.Set([]byte(k), []byte("wrongly fresh"), true))
+		if err := w.Delete([]byte(k)); !errors.Is(err, ErrIndexInvariant) {
+			t.Fatalf("%s: deleting a wrongly fresh key: %v, want ErrIndexInvariant", k, err)
+		}
+		if e, ok := w.lookup([]byte(k)); !ok || e.del {
+			t.Fatalf("%s after the refused Delete: %+v, %v", k, e, ok)
+		}
+	}
+	// Covered by a pending range deletion, Pebble's key is as good as gone.
+	mustDo(t, w.DeleteRange([]byte("s"), []byte("t")), w.Set([]byte("skey"), []byte("new"), true), w.Delete([]byte("skey")))
+	if e, ok := w.lookup([]byte("skey")); !ok || !e.del {
+		t.Fatalf("skey under a pending range deletion: %+v, %v", e, ok)
+	}
 }

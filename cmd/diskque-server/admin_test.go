@@ -229,7 +229,7 @@ func TestAdminCommands(t *testing.T) {
 		}
 	}
 	inf := info(t, c)
-	for k, v := range map[string]string{"loading": "0", "registered_jobs": "3", "aof_enabled": "1",
+	for k, v := range map[string]string{"loading": "0", "registered_jobs": "3", "aof_enabled": "1", "jobs_unreadable": "0",
 		"tcp_port": strconv.Itoa(s.port)} {
 		if inf[k] != v {
 			t.Errorf("INFO %s = %q, want %q", k, inf[k], v)

@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/diskque/diskque/internal/leakcheck"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -53,7 +54,9 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := m.Run()
+	// leakcheck.Main: the in-process tests (node, live) must leave no
+	// store, broker, collector or connection goroutine behind.
+	code := leakcheck.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
