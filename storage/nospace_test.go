@@ -56,6 +56,9 @@ func TestOpenOnFullDiskIsReadOnly(t *testing.T) {
 	}
 	add(s, 100) // the AOF's tail: in no index table
 	// A crash: the tail is durable in the AOF only.
+	close(s.ckptStop)
+	<-s.ckptDone
+	s.stopVerify()
 	s.fence.fence(errors.New("test: crash"))
 	s.fence.release()
 	s.db.Close()
