@@ -351,7 +351,8 @@ func (h *modelHistory) at(lsn wal.LSN) (m *jobModel, n int, exact bool) {
 			m.apply(st.op, st.job)
 		}
 		n++
-		exact = exact || st.end == lsn
+		// A log may end with a sync mark after its last record.
+		exact = exact || st.end == lsn || st.end+walMarkSize == lsn
 	}
 	return m, n, exact
 }

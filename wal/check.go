@@ -41,6 +41,10 @@ type SegmentReport struct {
 // past damage: its one span runs to the end.
 func (l *Log) CheckSegment(first LSN) (SegmentReport, error) {
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return SegmentReport{}, ErrClosed
+	}
 	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first >= first })
 	if i == len(l.segs) || l.segs[i].first != first {
 		l.mu.Unlock()
@@ -93,12 +97,14 @@ func checkSegment(fs vfs.FS, dir string, seg segment) (SegmentReport, error) {
 }
 
 // RepairSegment replaces every damaged span of the format-2 segment starting
-// at first in the log directory dir (no log may have it open) with a filler
-// frame of the same length — a frame of the log's own type that no reader
+// at first in the log directory dir (no log may have it open) with filler
+// frames of the same length — frames of the log's own type that no reader
 // returns — so that the records after the damage keep their LSNs and read
-// as before. The records in the spans are lost. The original is kept as
-// NAME.broken. It returns what it found.
-func RepairSegment(fs vfs.FS, dir string, first LSN) (SegmentReport, error) {
+// as before. The records in the spans are lost. A span is split so that a
+// filler starts at each of bounds that falls inside it: the LSN its owner
+// replays from (storage's checkpoint) must be a frame boundary. The
+// original is kept as NAME.broken. It returns what it found.
+func RepairSegment(fs vfs.FS, dir string, first LSN, bounds ...LSN) (SegmentReport, error) {
 	seg, err := statSegment(fs, dir, first)
 	if err != nil {
 		return SegmentReport{}, err
@@ -123,12 +129,29 @@ func RepairSegment(fs vfs.FS, dir string, first LSN) (SegmentReport, error) {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return rep, fmt.Errorf("wal: read segment %s: %w", name, err)
 	}
+	var fillers [][2]LSN // [start, end)
+	for _, d := range rep.Damage {
+		at := d.LSN
+		for _, b := range bounds {
+			if b > at && b < d.LSN+LSN(d.Len) {
+				fillers = append(fillers, [2]LSN{at, b})
+				at = b
+			}
+		}
+		fillers = append(fillers, [2]LSN{at, d.LSN + LSN(d.Len)})
+	}
+	for _, f := range fillers {
+		if f[1]-f[0] < frameHeaderSize {
+			return rep, fmt.Errorf("wal: segment %s cannot be repaired in place: a filler from lsn %d would be %d bytes, under a frame header",
+				rep.Name, f[0], f[1]-f[0])
+		}
+	}
 	if err := writeFileAtomic(fs, dir, name+brokenSuffix, append([]byte(nil), whole...)); err != nil {
 		return rep, fmt.Errorf("wal: keep %s: %w", name+brokenSuffix, err)
 	}
-	for _, d := range rep.Damage {
-		filler := appendFrame(nil, Record{Type: MarkType, Payload: make([]byte, d.Len-frameHeaderSize)}, seg.salt, d.LSN)
-		copy(whole[d.Offset:], filler)
+	for _, f := range fillers {
+		filler := appendFrame(nil, Record{Type: MarkType, Payload: make([]byte, f[1]-f[0]-frameHeaderSize)}, seg.salt, f[0])
+		copy(whole[seg.fileOffset(f[0]):], filler)
 	}
 	if err := writeFileAtomic(fs, dir, name, whole); err != nil {
 		return rep, fmt.Errorf("wal: repair %s: %w", path, err)

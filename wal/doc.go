@@ -28,7 +28,8 @@
 //
 // The salt is random per segment. A new segment is made crash-safely: the
 // header is written to NAME.tmp, fsynced, renamed to NAME, and the directory
-// is fsynced. Stale .tmp files are removed by an Open that succeeds. Before
+// is fsynced. Stale .tmp files are removed once Open has decided to open
+// the log (a refused Open leaves them). Before
 // a new segment is made the previous one is fsynced, so only the last
 // segment can ever hold unsynced (and so possibly torn) data.
 //
@@ -38,7 +39,7 @@
 //	| hdr crc (4) | length (4) | type(1) | body crc (4) | payload (length)   |
 //	+-------------+------------+---------+--------------+--------------------+
 //
-// Integers are little-endian; the checksums are CRC-32C. The body crc covers
+// The header's integers are little-endian; the checksums are CRC-32C. The body crc covers
 // the payload; the header crc covers the segment's salt, the frame's LSN
 // (neither stored in the frame) and the 9 bytes after it. So a frame is
 // valid only at its own place in its own segment: after damage, recovery
@@ -50,9 +51,13 @@
 // # Sync marks
 //
 // After every fsync, the next records appended are preceded by a mark: a
-// type-255 frame whose 8-byte payload is the LSN the fsync made durable. No
-// reader returns marks (Replay, ScanSegment and Verify skip them; LSNs
-// callers hold are never marks'). They cost 21 bytes per fsync.
+// type-255 frame whose 8-byte payload (big-endian) is the LSN the fsync made
+// durable — unless those records roll the log (the roll fsyncs the segment
+// the mark would end). The everysec loop writes a mark of its own after its
+// fsync when no record follows to carry one, and so does Close after its
+// final fsync. No reader returns marks (Replay, ScanSegment and Verify skip
+// them; Read and ReadEach refuse them with ErrCorrupt, as they do the filler
+// frames of a repair). They cost 21 bytes per fsync.
 //
 // # Recovery
 //
@@ -63,7 +68,9 @@
 // segment from the checkpoint (or its start) to its end. Open does not read
 // segments before the last, nor the checkpointed part of the last: recovery
 // cost follows the replayed tail, not the size of the log (Verify reads
-// every record; storage verifies sealed segments in the background).
+// every record; storage verifies sealed segments in the background). Only
+// when the tail is damaged does Open read, and then rewrite, the whole last
+// segment.
 //
 // Only what was written after the last completed fsync can be torn by a
 // crash — in any pattern, since pages reach the disk out of order — and
@@ -78,9 +85,15 @@
 //     the segment, the offset, the durable end and the valid records that
 //     follow, and changes nothing on disk.
 //
-// Damage inside the last group commit before a crash — fsynced, but not yet
-// stated by a mark — is taken for a torn tail: the unsynced window recovery
-// cannot see into is one group commit. A last segment that ends before the
+// A mark is written after the fsync it states, and is itself durable only
+// with the next one: damage in what the last fsync before a crash made
+// durable — whose mark may be lost with the crash — is taken for a torn
+// tail. That window is one group commit under SyncAlways, and under
+// SyncEverySec what was written between the last two background fsyncs.
+// Damage found where Open starts reading (the checkpoint) makes it read the
+// segment from its start, so that damage that began before the checkpoint is
+// reported where it begins, and a checkpoint that a repair's filler covers
+// is no damage. A last segment that ends before the
 // checkpoint (its end was lost) is refused too. Every check that can refuse
 // comes before the first change to the directory: a refused Open leaves it
 // exactly as it was. Options.ReadOnly opens a log without changing anything
@@ -117,9 +130,10 @@
 // serve them from its cache ("fsyncgate"), so bytes a reopen reads back may
 // be on no disk. The log therefore keeps in memory what it wrote since its
 // last successful fsync (at most MaxUnsynced bytes), and after a failed
-// fsync Unsynced returns it: an Open given it (Options.Rewrite) cuts the
-// segment back to its durable end and writes those bytes again before
-// recovering, so nothing a client was told is lost. Under SyncAlways no write
+// fsync Unsynced returns it — no later fsync, on any handle, is trusted —:
+// an Open given it (Options.Rewrite) cuts the segment back to its durable
+// end and writes those bytes again, deciding on the result before it writes
+// it, so nothing a client was told is lost. Under SyncAlways no write
 // after the last fsync was acknowledged, and they are only cut off.
 //
 // # Concurrency

@@ -45,11 +45,7 @@ type Log struct {
 	syncWanted LSN // Sync callers want at least this much durable
 	// marked is the highest synced LSN a sync mark enqueued so far states.
 	marked LSN
-	// kept holds the bytes written since the last fsync that covered them
-	// — the log's own copy of [kept.from, written) — so that a failed fsync
-	// can be repaired by writing them again (Unsynced).
-	kept keptBytes
-	err  error
+	err    error
 	// syncFailed: the poisoning error was an fsync's (or a roll's), so the
 	// written bytes after synced may not be on disk whatever the page cache
 	// says.
@@ -71,6 +67,14 @@ type Log struct {
 	active vfs.File
 
 	readers readerCache
+
+	// keptMu guards kept: the bytes written since the last fsync that
+	// covered them — the log's own copy of [kept.from, written) — so that a
+	// failed fsync can be repaired by writing them again (Unsynced). The
+	// writer copies into it without holding mu. Lock order: mu, then
+	// keptMu.
+	keptMu sync.Mutex
+	kept   keptBytes
 	// tail0 is what a read-only Open found at the end of the last segment.
 	tail0 TailState
 
@@ -211,17 +215,21 @@ func (l *Log) recover(segs []segment, stale []string) ([]segment, error) {
 		return nil, err
 	}
 	last := &segs[len(segs)-1]
+	var plan tailPlan
+	var err error
+	var rewrite []byte // the last segment as a failed fsync's kept bytes make it
 	if opts.Rewrite != nil && !opts.ReadOnly {
-		if err := rewriteUnsynced(fs, dir, *last, opts.Rewrite); err != nil {
+		if rewrite, err = rewritten(fs, dir, *last, opts.Rewrite); err != nil {
 			return nil, err
 		}
-		seg, err := statSegment(fs, dir, last.first)
-		if err != nil {
-			return nil, err
-		}
-		*last = seg
 	}
-	plan, err := planTail(fs, dir, *last, opts.Checkpoint)
+	if rewrite != nil {
+		// Decided on the rewritten bytes, before they are written.
+		last.size = int64(len(rewrite)) - last.hdr()
+		plan, err = planWhole(*last, rewrite, opts.Checkpoint)
+	} else {
+		plan, err = planTail(fs, dir, *last, opts.Checkpoint)
+	}
 	var de *DamageError
 	if opts.ReadOnly && errors.As(err, &de) {
 		// Read-only: report it, and show the whole segment to whoever
@@ -243,6 +251,15 @@ func (l *Log) recover(segs []segment, stale []string) ([]segment, error) {
 	}
 	if err := removeStale(fs, dir, stale); err != nil {
 		return nil, err
+	}
+	if rewrite != nil {
+		name := segmentName(last.first)
+		if err := writeFileAtomic(fs, dir, name, rewrite[:last.hdr()+plan.keep]); err != nil {
+			return nil, fmt.Errorf("wal: rewrite segment %s after a failed fsync: %w", name, err)
+		}
+		opts.Logger.Info("wal: wrote again what was written after the last successful fsync",
+			"segment", name, "from_lsn", opts.Rewrite.Synced, "bytes", len(opts.Rewrite.Data))
+		plan = tailPlan{size: plan.keep, keep: plan.keep}
 	}
 	if err := plan.apply(fs, dir, *last, opts.Logger); err != nil {
 		return nil, err
@@ -542,8 +559,11 @@ func (l *Log) flushPending() {
 	}
 	// Past MaxUnsynced written bytes the writer fsyncs whatever the policy:
 	// it keeps them in memory until then (see Unsynced).
+	l.keptMu.Lock()
+	keptN := l.kept.n
+	l.keptMu.Unlock()
 	wantSync := l.opts.Sync == SyncAlways || l.syncWanted > l.synced ||
-		l.kept.n+size > l.opts.MaxUnsynced
+		keptN+size > l.opts.MaxUnsynced
 	activeFirst := l.segs[len(l.segs)-1].first
 	l.mu.Unlock()
 
@@ -591,6 +611,18 @@ func (l *Log) flushPending() {
 		}
 	}
 
+	// What was written and is not known durable is kept, copied outside
+	// mu so that appends go on meanwhile: the chunks written whole since
+	// the last roll (which fsynced the ones before and reset what was kept).
+	keep := chunks[min(rolled, done):done]
+	if !synced {
+		l.keptMu.Lock()
+		for _, c := range keep {
+			l.kept.add(c.data)
+		}
+		l.keptMu.Unlock()
+	}
+
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	// Account new segments and bytes even on error, so the list matches disk.
@@ -607,16 +639,20 @@ func (l *Log) flushPending() {
 		l.written = written
 	}
 	switch {
-	case synced:
+	case synced && l.err == nil:
 		l.synced = l.written
+		l.keptMu.Lock()
 		l.kept.reset(l.written)
-	default:
-		// Keep what was written and is not known durable: the chunks
-		// written whole since the last roll (which fsynced the ones before
-		// and reset what was kept).
-		for _, c := range chunks[min(rolled, done):done] {
+		l.keptMu.Unlock()
+	case synced:
+		// This fsync succeeded, but another one (the everysec handle's)
+		// failed meanwhile: the file cannot be trusted past the durable end
+		// it left, and what this flush wrote is kept like the rest.
+		l.keptMu.Lock()
+		for _, c := range keep {
 			l.kept.add(c.data)
 		}
+		l.keptMu.Unlock()
 	}
 	for _, c := range chunks {
 		l.pendingBytes -= len(c.data)
@@ -639,10 +675,12 @@ func (l *Log) roll(first LSN, salt uint64) (synced bool, err error) {
 	l.active = nil // closed even if Close failed; Log.Close must not close it again
 	// Everything before first is in segments that are now all fsynced.
 	l.mu.Lock()
-	if first > l.synced {
-		l.synced = first
+	if l.err == nil { // after a failed fsync, no later one is trusted
+		l.synced = max(l.synced, first)
+		l.keptMu.Lock()
+		l.kept.reset(first)
+		l.keptMu.Unlock()
 	}
-	l.kept.reset(first)
 	l.mu.Unlock()
 	if err != nil {
 		return true, fmt.Errorf("wal: close segment: %w", err)
@@ -695,6 +733,9 @@ func (l *Log) syncInBackground(h *syncHandle) {
 	first := l.segs[len(l.segs)-1].first // the segment holding written's end
 	skip := target <= l.synced || l.err != nil || l.closed
 	l.mu.Unlock()
+	if h.f != nil && h.first != first {
+		h.close() // a sealed segment's: it may be removed, and must not be held open
+	}
 	if skip {
 		return
 	}
@@ -713,13 +754,34 @@ func (l *Log) syncInBackground(h *syncHandle) {
 		return
 	}
 	l.mu.Lock()
-	if target > l.synced {
+	if target > l.synced && l.err == nil { // after a failed fsync, no later one is trusted
 		l.synced = target
+		l.keptMu.Lock()
 		l.kept.dropTo(target) // bytes written while the fsync ran stay kept
-
+		l.keptMu.Unlock()
+		l.markIdleLocked()
 	}
 	l.cond.Broadcast()
 	l.mu.Unlock()
+}
+
+// markIdleLocked appends a sync mark for what the last fsync made durable,
+// if no record follows to carry one: otherwise damage to the last records
+// before an idle spell, fsynced but stated durable by no mark, would be
+// taken for a torn tail at the next Open. The mark need not be durable to
+// be right. Not when it would roll the log.
+func (l *Log) markIdleLocked() {
+	if l.synced <= l.marked || l.err != nil || l.closed || l.rollsLocked(frameSize(markPayloadSize)) {
+		return
+	}
+	l.appendLocked(func(dst []byte, salt uint64, lsn LSN) []byte {
+		return appendMark(dst, l.synced, salt, lsn)
+	}, frameSize(markPayloadSize))
+	l.marked = l.synced
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
 }
 
 // poison makes every later call fail with err (see ErrPoisoned).
@@ -763,6 +825,21 @@ func (l *Log) Close() error {
 		return nil
 	}
 	ro := l.opts.ReadOnly
+	l.mu.Unlock()
+	if !ro {
+		// Everything is made durable, then a mark says so (and is made
+		// durable too): damage to the last records is then corruption,
+		// not a torn tail, at the next Open.
+		_ = l.Sync()
+		l.mu.Lock()
+		l.markIdleLocked()
+		l.mu.Unlock()
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
 	l.syncWanted = l.tail
 	l.closed = true
 	l.cond.Broadcast()

@@ -181,8 +181,15 @@ func (l *Log) ReadSized(lsn LSN, payloadHint int) (Record, error) {
 	if fe != frameOK {
 		return Record{}, l.corruptAt(seg, lsn, errors.New("bad checksum or type"))
 	}
+	if seg.version != 1 && r.Type == MarkType {
+		return Record{}, l.corruptAt(seg, lsn, errNoRecord)
+	}
 	return r, nil
 }
+
+// errNoRecord: the LSN a reader asked for holds a frame of the log's own —
+// a sync mark, or a filler that a repair put over damaged records.
+var errNoRecord = errors.New("no record here: a sync mark, or a span a repair cut out")
 
 // readError says why reading lsn failed: ErrNotFound and ErrClosed as they
 // are (the segment was removed, the log closed), anything else as damage.
@@ -271,6 +278,10 @@ func (l *Log) ReadEach(lsns []LSN, payloadHints []int) (out []Record, errs []err
 					errs[i] = l.corruptAt(seg, lsns[i], errors.New("bad checksum or type"))
 					continue
 				}
+				if seg.version != 1 && r.Type == MarkType {
+					errs[i] = l.corruptAt(seg, lsns[i], errNoRecord)
+					continue
+				}
 				out[i] = r
 				continue
 			}
@@ -331,6 +342,10 @@ func (l *Log) Replay(from LSN, fn func(lsn, end LSN, r Record) error) error {
 // the server; it stops with ctx's error when ctx is done.
 func (l *Log) VerifySegmentPaced(ctx context.Context, first LSN, bytesPerSec int64) error {
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
 	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first >= first })
 	if i == len(l.segs) || l.segs[i].first != first {
 		l.mu.Unlock()
@@ -489,6 +504,10 @@ func (l *Log) Verify() error {
 // the log holds no such segment (any more).
 func (l *Log) VerifySegment(first LSN) error {
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
 	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first >= first })
 	if i == len(l.segs) || l.segs[i].first != first {
 		l.mu.Unlock()
@@ -506,6 +525,10 @@ func (l *Log) VerifySegment(first LSN) error {
 // whole log. The active segment cannot be scanned: it is still growing.
 func (l *Log) ScanSegment(first LSN, fn func(lsn LSN, r Record) error) error {
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
 	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first >= first })
 	if i == len(l.segs) || l.segs[i].first != first {
 		l.mu.Unlock()
@@ -551,10 +574,12 @@ func (l *Log) RemoveSegments(firsts []LSN) error {
 	}
 	l.segs = keep
 	// spans also holds segments queued for creation, after the active one,
-	// which is never removed: filter it, don't rebuild it.
-	l.spans = slices.DeleteFunc(slices.Clone(l.spans), func(sp span) bool {
-		return remove[sp.first] && sp.first != keep[len(keep)-1].first
-	})
+	// which are never removed: drop only the spans of the segments dropped.
+	dropped := make(map[LSN]bool, len(drop))
+	for _, seg := range drop {
+		dropped[seg.first] = true
+	}
+	l.spans = slices.DeleteFunc(slices.Clone(l.spans), func(sp span) bool { return dropped[sp.first] })
 	l.mu.Unlock()
 	return l.removeFiles(drop)
 }

@@ -96,7 +96,6 @@ func planTail(fs vfs.FS, dir string, seg segment, checkpoint LSN) (tailPlan, err
 	if checkpoint > seg.first {
 		trusted = int64(checkpoint - seg.first)
 	}
-	plan := tailPlan{size: seg.size}
 	// The common case: only the part after the checkpoint is read.
 	tail := make([]byte, seg.size-trusted)
 	if _, err := f.ReadAt(tail, seg.hdr()+trusted); err != nil && !errors.Is(err, io.EOF) {
@@ -105,23 +104,40 @@ func planTail(fs vfs.FS, dir string, seg segment, checkpoint LSN) (tailPlan, err
 	if seg.version == 1 {
 		return planTailV1(f, seg, trusted, tail)
 	}
-	sc := scanFrames(tail, seg, seg.first+LSN(trusted))
+	if sc := scanFrames(tail, seg, seg.first+LSN(trusted)); !sc.damaged {
+		return tailPlan{size: seg.size, keep: seg.size}, nil
+	}
+	var whole tailPlan
+	if err := readWhole(f, seg, &whole); err != nil {
+		return tailPlan{}, err
+	}
+	return planWhole(seg, whole.whole, checkpoint)
+}
+
+// planWhole is planTail's decision for a segment that has damage after its
+// checkpoint, given the whole file. The segment is read from its start, so
+// that damage that began before the checkpoint is reported where it begins
+// (and a checkpoint that falls inside a filler frame of a repair is no
+// damage at all).
+func planWhole(seg segment, whole []byte, checkpoint LSN) (tailPlan, error) {
+	plan := tailPlan{size: int64(len(whole)) - seg.hdr(), whole: whole}
+	sc := scanFrames(whole[seg.hdr():], seg, seg.first)
 	if !sc.damaged {
-		plan.keep = seg.size
+		plan.keep = plan.size
 		return plan, nil
 	}
 	durableTo := max(checkpoint, sc.marked)
-	damageLSN := seg.first + LSN(trusted+sc.valid)
+	damageLSN := seg.first + LSN(sc.valid)
 	if damageLSN < durableTo {
 		return tailPlan{}, &DamageError{
-			Segment: name, Offset: seg.fileOffset(damageLSN), LSN: damageLSN, DurableTo: durableTo,
+			Segment: segmentName(seg.first), Offset: seg.fileOffset(damageLSN), LSN: damageLSN, DurableTo: durableTo,
 			RecordsAfter: sc.recordsAfter, BytesAfter: sc.bytesAfter, Cause: sc.cause,
-			ResumeOffset: offsetOrNone(seg, trusted, sc.resume), EndOffset: seg.hdr() + trusted + sc.lastEnd,
+			ResumeOffset: offsetOrNone(seg, 0, sc.resume), EndOffset: seg.hdr() + sc.lastEnd,
 		}
 	}
-	plan.keep = trusted + sc.valid
+	plan.keep = sc.valid
 	plan.tornRecords = sc.recordsAfter
-	return plan, readWhole(f, seg, &plan)
+	return plan, nil
 }
 
 func offsetOrNone(seg segment, trusted, off int64) int64 {
@@ -359,36 +375,32 @@ func validFrameFollowsV1(frames []byte, off int) bool {
 	return fe == frameOK
 }
 
-// rewriteUnsynced cuts the last segment back to u.Synced and writes u.Data
-// after it, then fsyncs: what a log that failed an fsync kept in memory
-// (see Log.Unsynced) is on disk again.
-func rewriteUnsynced(fs vfs.FS, dir string, last segment, u *Unsynced) error {
+// rewritten returns the last segment's file as it is to be after a failed
+// fsync: cut back to u.Synced with u.Data after it (see Log.Unsynced); nil
+// if u concerns a segment since sealed and only cut it.
+func rewritten(fs vfs.FS, dir string, last segment, u *Unsynced) ([]byte, error) {
 	name := segmentName(last.first)
 	switch {
 	case u.Segment != last.first:
 		if u.Segment < last.first && len(u.Data) == 0 {
-			return nil // only a cut, in a segment since sealed: nothing to do
+			return nil, nil // only a cut, in a segment since sealed: nothing to do
 		}
-		return fmt.Errorf("%w: it began at lsn %d, the last segment is %s", errNoUnsyncedSegment, u.Segment, name)
+		return nil, fmt.Errorf("%w: it began at lsn %d, the last segment is %s", errNoUnsyncedSegment, u.Segment, name)
 	case u.Synced < last.first:
-		return fmt.Errorf("wal: rewrite after a failed fsync: durable end %d is before segment %s", u.Synced, name)
+		return nil, fmt.Errorf("wal: rewrite after a failed fsync: durable end %d is before segment %s", u.Synced, name)
 	case u.Synced > last.end():
-		return fmt.Errorf("%w: segment %s ends at lsn %d, before the lsn %d a completed fsync made durable",
+		return nil, fmt.Errorf("%w: segment %s ends at lsn %d, before the lsn %d a completed fsync made durable",
 			ErrCorrupt, name, last.end(), u.Synced)
 	}
 	f, err := fs.Open(fs.PathJoin(dir, name))
 	if err != nil {
-		return fmt.Errorf("wal: open segment %s: %w", name, err)
+		return nil, fmt.Errorf("wal: open segment %s: %w", name, err)
 	}
 	keep := make([]byte, last.fileOffset(u.Synced))
 	_, err = f.ReadAt(keep, 0)
 	f.Close()
 	if err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("wal: read segment %s: %w", name, err)
+		return nil, fmt.Errorf("wal: read segment %s: %w", name, err)
 	}
-	data := append(keep, u.Data...)
-	if err := writeFileAtomic(fs, dir, name, data); err != nil {
-		return fmt.Errorf("wal: rewrite segment %s after a failed fsync: %w", name, err)
-	}
-	return nil
+	return append(keep, u.Data...), nil
 }

@@ -537,10 +537,11 @@ func TestDamageInsideARecordIsTornOnlyIfUnsynced(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// A crash that kept every write (a Close would fsync them and
+			// say so with a mark).
+			fs := opts.FS.(*vfs.MemFS).CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 1))})
 			l.Close()
-			fs := opts.FS.(interface {
-				UnsafeGetFileDataBuffer(string) ([]byte, error)
-			})
+			opts.FS = fs
 			b, err := fs.UnsafeGetFileDataBuffer("db/" + segmentName(0))
 			if err != nil {
 				t.Fatal(err)

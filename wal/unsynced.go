@@ -4,7 +4,7 @@ package wal
 // that covered it: the bytes of the active segment from LSN from on, in
 // fixed-size blocks so that keeping them costs one copy and trimming what an
 // fsync made durable costs nothing (no growing slice copied over, no tail
-// moved to the front). Guarded by Log.mu.
+// moved to the front). Guarded by Log.keptMu.
 type keptBytes struct {
 	from   LSN      // LSN of the first byte kept
 	blocks [][]byte // full blocks, then the one being filled
@@ -23,8 +23,13 @@ func (k *keptBytes) reset(from LSN) {
 	k.blocks, k.skip, k.n, k.from = k.blocks[:0], 0, 0, from
 }
 
+// keptFreeBlocks bounds the blocks kept for reuse: enough for a busy
+// second's writes without allocating, not so many that a burst holds on to
+// its memory for good.
+const keptFreeBlocks = 16
+
 func (k *keptBytes) recycle(b []byte) {
-	if len(k.free) < 4 {
+	if len(k.free) < keptFreeBlocks {
 		k.free = append(k.free, b[:0])
 	}
 }
@@ -106,6 +111,8 @@ func (l *Log) Unsynced() *Unsynced {
 		return nil
 	}
 	u := &Unsynced{Segment: l.segs[len(l.segs)-1].first, Synced: l.synced}
+	l.keptMu.Lock()
+	defer l.keptMu.Unlock()
 	if l.opts.Sync != SyncAlways && l.kept.from == l.synced && l.kept.n > 0 {
 		u.Data = l.kept.bytes()
 	}

@@ -106,9 +106,9 @@ func TestMaxUnsyncedBoundsWhatIsKept(t *testing.T) {
 	if d, end := l.Durable(), recs[len(recs)-1].end; d == 0 || end-d > LSN(opts.MaxUnsynced)+2048 {
 		t.Fatalf("durable %d of %d written with MaxUnsynced %d", d, end, opts.MaxUnsynced)
 	}
-	l.mu.Lock()
+	l.keptMu.Lock()
 	kept := l.kept.n
-	l.mu.Unlock()
+	l.keptMu.Unlock()
 	if kept > opts.MaxUnsynced+2048 {
 		t.Fatalf("%d bytes kept, MaxUnsynced %d", kept, opts.MaxUnsynced)
 	}

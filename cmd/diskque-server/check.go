@@ -71,7 +71,9 @@ func runCheck(args []string, out io.Writer) int {
 		first, err := segmentFirst(fs, aof, d.Segment)
 		if err == nil {
 			var sr wal.SegmentReport
-			sr, err = wal.RepairSegment(fs, aof, first)
+			// The index replays from its applied LSN: a filler must
+			// start there if the damage spans it.
+			sr, err = wal.RepairSegment(fs, aof, first, rep.Applied)
 			if err == nil {
 				fmt.Fprintf(out, "repaired %s: %d damaged spans replaced; the original is %s.broken\n", d.Segment, len(sr.Damage), d.Segment)
 			}
