@@ -41,6 +41,21 @@
 // CheckpointBytes of AOF, so a restart replays a short tail whatever the
 // number of jobs. Close checkpoints, so a clean restart replays nothing.
 //
+// # The AOF stays the truth
+//
+// Checkpoints remove segments from the middle of the AOF (above), so a
+// replay of what it holds would miss their records. Before a segment goes,
+// what a replay from the first segment needs of it is written forward
+// (forward.go): a SNAP (a job's whole state) for a live job with history
+// there, a TOMB for a deletion whose job still has a creating record in the
+// AOF, a META for the node id and pause states; the collector's MOVE
+// carries the job's whole state. So the index can always be rebuilt from the
+// AOF exactly (rebuild.go): Open does it when the index is missing, was a
+// rebuild cut short, or is corrupt, and when asked (Options.Rebuild); a
+// corrupt index is set aside as index.broken-<time>. Jobs remember their
+// creating records (format 3); a job of an older index knows only its body's
+// record, so a rebuild is exact for what was written since.
+//
 // Open reads only the AOF tail the index has not applied. The sealed
 // segments are read once after Open, in the background and at a bounded
 // rate (verify.go: Options.VerifyRate), and damage found is logged and

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/diskque/diskque/wal"
+	"github.com/redis/go-redis/v9"
 )
 
 // runCheckBin runs `diskque-server check` and returns its output and exit
@@ -104,5 +107,78 @@ func TestDamagedAOFRefusesToStartAndCheckRepairs(t *testing.T) {
 	}
 	if found < n-2 { // none lost if the flipped byte was in a sync mark
 		t.Fatalf("%d of %d jobs after the repair, want all but the one or two whose records were in the span", found, n)
+	}
+}
+
+// TestLostIndexIsRebuiltExactly: a server whose checkpoints have removed
+// segments from the middle of its AOF — churn that held the deliveries,
+// requeues and acks of jobs whose bodies are older — loses its index (rm -r
+// index/), or is asked to rebuild it (--rebuild-index): it starts, rebuilds
+// the index from what the AOF holds, and every job, queue and pause is as it
+// was: acked jobs stay gone, delivered ones stay delivered.
+func TestLostIndexIsRebuiltExactly(t *testing.T) {
+	s := startServer(t, "--aof-segment-size", "64kb", "--gc-interval", "0")
+	c := s.client(t)
+	body := strings.Repeat("b", 300)
+	var keep []string
+	for range 150 {
+		keep = append(keep, addJob(t, c, "keep", body, "RETRY", 600))
+	}
+	churn := func(n int) {
+		for range n {
+			id := addJob(t, c, "churn", body)
+			if got := getJobs(t, c, "NOHANG", "FROM", "churn"); len(got) != 1 || got[0].ID != id {
+				t.Fatalf("GETJOB churn = %v", got)
+			}
+			doInt(t, c, "ACKJOB", id)
+		}
+	}
+	churn(300)
+	got := getJobs(t, c, "NOHANG", "COUNT", 100, "FROM", "keep") // delivered, in a churn segment
+	churn(300)
+	for _, j := range got[:30] {
+		doInt(t, c, "NACK", j.ID) // back in the queue, nacks 1
+	}
+	for _, j := range got[30:40] {
+		doInt(t, c, "ACKJOB", j.ID) // gone, their bodies in the oldest segments
+	}
+	doStr(t, c, "PAUSE", "paused-queue", "in")
+	churn(300)
+	snapshot := func(c *redis.Client) map[string]string {
+		out := map[string]string{}
+		for _, id := range keep {
+			m := show(t, c, id)
+			if m == nil {
+				out[id] = "gone"
+				continue
+			}
+			out[id] = fmt.Sprint(m["state"], m["queue"], m["nacks"], m["additional-deliveries"], m["body"])
+		}
+		out["qlen"] = fmt.Sprint(doInt(t, c, "QLEN", "keep"))
+		out["jobs"] = info(t, c, "jobs")["registered_jobs"]
+		return out
+	}
+	want := snapshot(c)
+	s.Stop() // the checkpoint removes the dead churn segments
+	if err := os.RemoveAll(filepath.Join(s.dir, "index")); err != nil {
+		t.Fatal(err)
+	}
+	for _, restart := range []func(){
+		func() { s.Start() },
+		func() { s.flags = append(s.flags, "--rebuild-index"); s.Start() },
+	} {
+		restart()
+		c = s.client(t)
+		if got := snapshot(c); !maps.Equal(got, want) {
+			t.Fatalf("after the rebuild:\n%v\nwant\n%v", got, want)
+		}
+		if v, err := c.Do(t.Context(), "ADDJOB", "paused-queue", "x", 0).Result(); err == nil {
+			t.Fatalf("ADDJOB to a queue paused in input: %v", v)
+		}
+		out := s.logs[len(s.logs)-1].String()
+		if !strings.Contains(out, "rebuilt from the append-only file") {
+			t.Fatalf("no rebuild in the log:\n%s", out)
+		}
+		s.Stop()
 	}
 }

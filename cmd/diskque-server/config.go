@@ -45,6 +45,9 @@ type config struct {
 	GCInterval int
 	// GCMinLiveRatio: segments less live than this are rewritten.
 	GCMinLiveRatio float64
+	// RebuildIndex (--rebuild-index, not a directive): set the index aside
+	// and rebuild it from the AOF at this start.
+	RebuildIndex bool
 }
 
 func defaultConfig() config {
@@ -69,6 +72,10 @@ func defaultConfig() config {
 
 const usage = `usage: diskque-server [config-file] [--directive value ...]
        diskque-server check --dir PATH [--repair]   (verify a data directory; see check --help)
+
+  --rebuild-index               set the index aside (index.broken-<time>) and rebuild it
+                                from the append-only file at this start; a missing or
+                                corrupt index is rebuilt without being asked
 
 Directives (in the config file as "directive value", or as --directive value):
   port N                        TCP port (default 7711)
@@ -123,6 +130,11 @@ func parseArgs(args []string) (config, error) {
 		a := args[i]
 		if a == "-h" || a == "--help" || a == "-help" {
 			return cfg, errHelp
+		}
+		if a == "--rebuild-index" {
+			// Not a directive: what this start does, not how the server runs.
+			cfg.RebuildIndex = true
+			continue
 		}
 		name, ok := strings.CutPrefix(a, "--")
 		if !ok || name == "" {

@@ -146,6 +146,9 @@ func run(cfg config) error {
 	sopts.Sync = cfg.AppendFsync
 	sopts.SegmentSize = cfg.segmentSize()
 	sopts.Logger = log
+	if cfg.RebuildIndex {
+		sopts.Rebuild = storage.RebuildAlways
+	}
 	dir := cfg.Dir
 	if !cfg.AppendOnly {
 		sopts.FS = vfs.NewMem()

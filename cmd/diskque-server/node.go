@@ -59,6 +59,9 @@ type node struct {
 	started  atomic.Bool // run was started: close waits for done
 	done     chan struct{}
 	reopens  int // guarded by mu; for tests and logs
+	// rebuild: the next open rebuilds the index (it was found corrupt).
+	// Guarded by mu.
+	rebuild bool
 	// rewrite is what a store that failed an fsync kept of its unsynced
 	// writes, for the next open to write again (storage.Options.Rewrite).
 	// Guarded by mu.
@@ -77,9 +80,22 @@ func (n *node) open() error {
 	n.mu.Lock()
 	sopts.Rewrite = n.rewrite
 	n.mu.Unlock()
+	n.mu.Lock()
+	if n.rebuild {
+		sopts.Rebuild = storage.RebuildAlways
+	}
+	n.mu.Unlock()
 	st, err := storage.Open(n.dir, sopts)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", n.dir, err)
+	}
+	// --rebuild-index, or a corrupt index, is for one open: later reopens
+	// (after a disk failure) find the rebuilt index.
+	n.mu.Lock()
+	n.sopts.Rebuild, n.rebuild = storage.RebuildWhenLost, false
+	n.mu.Unlock()
+	if ri := st.RecoveryInfo(); ri.Rebuilt {
+		n.log.Warn("the index was rebuilt from the append-only file", "records", ri.Records, "took", ri.Duration.String())
 	}
 	if sopts.Rewrite != nil {
 		n.log.Info("wrote again what the failed store had written since its last successful fsync",
@@ -133,12 +149,13 @@ func (n *node) run() {
 		ready := n.probeDisk
 		switch err := st.Err(); {
 		case errors.Is(err, storage.ErrIndexCorrupt):
-			// A reopen would meet the same damage: the index must be
-			// rebuilt from the AOF, which is intact. (The rebuild, when
-			// there is one, starts here or at the next start.)
+			// A reopen as it is would meet the same damage: the index is
+			// rebuilt from the AOF (clients get -LOADING meanwhile).
 			n.log.Error(indexCorruptAdvice, "err", err, "dir", n.dir)
-			<-n.stop
-			return
+			n.mu.Lock()
+			n.rebuild = true
+			n.mu.Unlock()
+			ready = func() error { return nil }
 		case errors.Is(err, storage.ErrNoSpace):
 			n.log.Warn("the disk is nearly full: reads are served and writes get -NOSPACE until there is room; then the store reopens by itself",
 				"err", err, "dir", n.dir, "check_every", n.retry)
@@ -187,9 +204,8 @@ func (n *node) recover(ready func() error) bool {
 
 // indexCorruptAdvice is what the log says once the store found its index
 // corrupt.
-const indexCorruptAdvice = "the index is corrupt: writes are refused, and reads of the damaged keys fail, " +
-	"until it is rebuilt from the append-only file (which is intact): restart with --rebuild-index; " +
-	"the store is not reopened meanwhile"
+const indexCorruptAdvice = "the index is corrupt: it is set aside (index.broken-<time>) and rebuilt from the append-only file " +
+	"now; clients get -LOADING until it is done"
 
 func (n *node) probeDisk() error { return probeDisk(n.sopts.FS, n.dir) }
 
