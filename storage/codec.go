@@ -236,21 +236,8 @@ func decodeOp(typ wal.RecordType, payload []byte) (*op, error) {
 		j := &Job{}
 		d.jobHeader(j)
 		o.job, o.id = j, j.ID
-		o.src = wal.LSN(d.uvarint())
-		flags := d.byte()
-		o.bodySize = d.u32()
+		d.movedBody(o)
 		j.BodySize = o.bodySize
-		o.compressed = flags&flagCompressed != 0
-		o.body = append([]byte(nil), d.rest()...)
-		switch {
-		case d.err != nil:
-		case flags&^flagCompressed != 0:
-			d.fail("unknown flags")
-		case o.bodySize > wal.MaxPayload:
-			d.fail("body size out of range")
-		case !o.compressed && len(o.body) != int(o.bodySize):
-			d.fail("body length mismatch")
-		}
 	case recPause:
 		o.pause = PauseState(d.byte())
 		o.queue = string(d.rest())
@@ -262,20 +249,7 @@ func decodeOp(typ wal.RecordType, payload []byte) (*op, error) {
 	case recFlush:
 	case recMove:
 		o.id = d.id()
-		o.src = wal.LSN(d.uvarint())
-		flags := d.byte()
-		o.bodySize = d.u32()
-		o.compressed = flags&flagCompressed != 0
-		o.body = append([]byte(nil), d.rest()...)
-		switch {
-		case d.err != nil:
-		case flags&^flagCompressed != 0:
-			d.fail("unknown flags")
-		case o.bodySize > wal.MaxPayload:
-			d.fail("body size out of range")
-		case !o.compressed && len(o.body) != int(o.bodySize):
-			d.fail("body length mismatch")
-		}
+		d.movedBody(o)
 	default:
 		return nil, fmt.Errorf("%w: unknown type %d", ErrBadRecord, typ)
 	}
@@ -452,6 +426,25 @@ func (d *decoder) bytes(n int) []byte {
 }
 
 func (d *decoder) id() string { return string(d.bytes(JobIDLen)) }
+
+// movedBody reads what a MOVE record carries after the job: the source
+// LSN, flags, body size and stored body.
+func (d *decoder) movedBody(o *op) {
+	o.src = wal.LSN(d.uvarint())
+	flags := d.byte()
+	o.bodySize = d.u32()
+	o.compressed = flags&flagCompressed != 0
+	o.body = append([]byte(nil), d.rest()...)
+	switch {
+	case d.err != nil:
+	case flags&^flagCompressed != 0:
+		d.fail("unknown flags")
+	case o.bodySize > wal.MaxPayload:
+		d.fail("body size out of range")
+	case !o.compressed && len(o.body) != int(o.bodySize):
+		d.fail("body length mismatch")
+	}
+}
 
 // lsns reads a list appendLSNs wrote.
 func (d *decoder) lsns() []wal.LSN {

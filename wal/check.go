@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -40,18 +39,10 @@ type SegmentReport struct {
 // valid record and damaged span in it. A format-1 segment cannot be searched
 // past damage: its one span runs to the end.
 func (l *Log) CheckSegment(first LSN) (SegmentReport, error) {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return SegmentReport{}, ErrClosed
+	seg, _, _, err := l.segmentAt(first)
+	if err != nil {
+		return SegmentReport{}, err
 	}
-	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first >= first })
-	if i == len(l.segs) || l.segs[i].first != first {
-		l.mu.Unlock()
-		return SegmentReport{}, fmt.Errorf("%w: no segment %s", ErrNotFound, segmentName(first))
-	}
-	seg := l.segs[i]
-	l.mu.Unlock()
 	return checkSegment(l.opts.FS, l.dir, seg)
 }
 

@@ -341,19 +341,10 @@ func (l *Log) Replay(from LSN, fn func(lsn, end LSN, r Record) error) error {
 // bound), so a background check of a large log does not take the disk from
 // the server; it stops with ctx's error when ctx is done.
 func (l *Log) VerifySegmentPaced(ctx context.Context, first LSN, bytesPerSec int64) error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return ErrClosed
+	seg, end, _, err := l.segmentAt(first)
+	if err != nil {
+		return err
 	}
-	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first >= first })
-	if i == len(l.segs) || l.segs[i].first != first {
-		l.mu.Unlock()
-		return fmt.Errorf("%w: no segment %s", ErrNotFound, segmentName(first))
-	}
-	seg := l.segs[i]
-	end := min(seg.end(), l.written)
-	l.mu.Unlock()
 	p := &pacer{ctx: ctx, rate: bytesPerSec, start: time.Now()}
 	return l.replaySegmentPaced(seg, seg.first, end, p, func(LSN, LSN, Record) error { return nil })
 }
@@ -499,23 +490,31 @@ func (l *Log) Verify() error {
 	return nil
 }
 
+// segmentAt returns the segment starting at first, the end of what is
+// written of it, and whether it is the active one; ErrNotFound if the log
+// holds no such segment (any more), ErrClosed after Close.
+func (l *Log) segmentAt(first LSN) (seg segment, end LSN, active bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return segment{}, 0, false, ErrClosed
+	}
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first >= first })
+	if i == len(l.segs) || l.segs[i].first != first {
+		return segment{}, 0, false, fmt.Errorf("%w: no segment %s", ErrNotFound, segmentName(first))
+	}
+	seg = l.segs[i]
+	return seg, min(seg.end(), l.written), i == len(l.segs)-1, nil
+}
+
 // VerifySegment reads every frame of the segment starting at first (as much
 // of the active one as is written) and checks its checksums; ErrNotFound if
 // the log holds no such segment (any more).
 func (l *Log) VerifySegment(first LSN) error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return ErrClosed
+	seg, end, _, err := l.segmentAt(first)
+	if err != nil {
+		return err
 	}
-	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first >= first })
-	if i == len(l.segs) || l.segs[i].first != first {
-		l.mu.Unlock()
-		return fmt.Errorf("%w: no segment %s", ErrNotFound, segmentName(first))
-	}
-	seg := l.segs[i]
-	end := min(seg.end(), l.written)
-	l.mu.Unlock()
 	return l.replaySegment(seg, seg.first, end, func(LSN, LSN, Record) error { return nil })
 }
 
@@ -524,22 +523,13 @@ func (l *Log) VerifySegment(first LSN) error {
 // how a collector finds the records a segment holds without a replay of the
 // whole log. The active segment cannot be scanned: it is still growing.
 func (l *Log) ScanSegment(first LSN, fn func(lsn LSN, r Record) error) error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return ErrClosed
+	seg, _, active, err := l.segmentAt(first)
+	if err != nil {
+		return err
 	}
-	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first >= first })
-	if i == len(l.segs) || l.segs[i].first != first {
-		l.mu.Unlock()
-		return fmt.Errorf("%w: no segment %s", ErrNotFound, segmentName(first))
-	}
-	if i == len(l.segs)-1 {
-		l.mu.Unlock()
+	if active {
 		return fmt.Errorf("wal: segment %s is the active segment", segmentName(first))
 	}
-	seg := l.segs[i]
-	l.mu.Unlock()
 	return l.replaySegment(seg, seg.first, seg.end(), func(lsn, _ LSN, r Record) error { return fn(lsn, r) })
 }
 
