@@ -119,9 +119,10 @@
 // Append returns once its records are written (SyncEverySec, SyncNever) or
 // written and fsynced (SyncAlways). SyncEverySec fsyncs once a second, from
 // its own goroutine through its own handle on the segment, so appends go on
-// while the disk syncs; SyncNever leaves it to the OS — but under every
-// policy the writer fsyncs once Options.MaxUnsynced bytes (64 MiB) were
-// written since the last fsync. Sync and WaitSynced make any LSN durable on
+// while the disk syncs — and sooner once half of Options.MaxUnsynced (16
+// MiB) was written since the last fsync; SyncNever leaves it to the OS —
+// but under every policy the writer fsyncs itself once MaxUnsynced bytes
+// were written since the last fsync. Sync and WaitSynced make any LSN durable on
 // demand, whatever the policy.
 //
 // A failed write or fsync poisons the log: every later call returns the same

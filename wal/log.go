@@ -58,6 +58,7 @@ type Log struct {
 	stop    chan struct{}
 	done    chan struct{} // closed when the writer goroutine exits
 	tickerD chan struct{} // closed when the everysec goroutine exits
+	syncNow chan struct{} // asks the everysec goroutine to fsync now; capacity 1
 
 	// free holds chunk buffers the writer has written, for reuse, so that a
 	// busy log does not allocate and grow a buffer for every group.
@@ -128,6 +129,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		tickerD:  make(chan struct{}),
+		syncNow:  make(chan struct{}, 1),
 	}
 	l.cond = sync.NewCond(&l.mu)
 	l.readers = readerCache{fs: fs, dir: dir, files: map[LSN]vfs.File{}, removed: map[LSN]bool{}}
@@ -564,6 +566,13 @@ func (l *Log) flushPending() {
 	l.keptMu.Unlock()
 	wantSync := l.opts.Sync == SyncAlways || l.syncWanted > l.synced ||
 		keptN+size > l.opts.MaxUnsynced
+	if l.opts.Sync == SyncEverySec && keptN+size > l.opts.MaxUnsynced/2 {
+		// The background fsync, early: the writer goes on meanwhile.
+		select {
+		case l.syncNow <- struct{}{}:
+		default:
+		}
+	}
 	activeFirst := l.segs[len(l.segs)-1].first
 	l.mu.Unlock()
 
@@ -703,6 +712,8 @@ func (l *Log) syncLoop() {
 	for {
 		select {
 		case <-t.C:
+			l.syncInBackground(&h)
+		case <-l.syncNow:
 			l.syncInBackground(&h)
 		case <-l.stop:
 			return

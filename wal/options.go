@@ -84,10 +84,12 @@ type Options struct {
 	// removed them (RemoveSegments) after writing forward what a replay
 	// would miss. Default false: gaps must end at or before Checkpoint.
 	AllowGaps bool
-	// MaxUnsynced bounds the bytes written since the last fsync: past it the
-	// writer fsyncs, whatever the policy. The log keeps those bytes in
-	// memory until an fsync covers them, so that after a failed fsync they
-	// can be written again (see Unsynced). Default 64 MiB.
+	// MaxUnsynced bounds the bytes written since the last fsync, which the
+	// log keeps in memory until an fsync covers them, so that after a
+	// failed fsync they can be written again (see Unsynced). Under
+	// SyncEverySec the background fsync runs early once half of it is
+	// written; past it the writer fsyncs itself, whatever the policy.
+	// Default 16 MiB.
 	MaxUnsynced int
 	// ReadOnly opens the log without changing anything on disk: no repair
 	// (a torn tail is only reported, and the log ends before it), no stale
@@ -133,7 +135,7 @@ func (o *Options) EnsureDefaults() {
 		o.MaxPending = 64 << 20
 	}
 	if o.MaxUnsynced == 0 {
-		o.MaxUnsynced = 64 << 20
+		o.MaxUnsynced = 16 << 20
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -23,10 +23,10 @@ func (k *keptBytes) reset(from LSN) {
 	k.blocks, k.skip, k.n, k.from = k.blocks[:0], 0, 0, from
 }
 
-// keptFreeBlocks bounds the blocks kept for reuse: enough for a busy
-// second's writes without allocating, not so many that a burst holds on to
-// its memory for good.
-const keptFreeBlocks = 16
+// keptFreeBlocks bounds the blocks kept for reuse: a quarter of what
+// MaxUnsynced keeps by default, so that a burst does not hold on to its
+// memory for good.
+const keptFreeBlocks = 4
 
 func (k *keptBytes) recycle(b []byte) {
 	if len(k.free) < keptFreeBlocks {
