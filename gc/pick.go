@@ -43,12 +43,12 @@ func liveBytes(segs []storage.SegmentStat) map[wal.LSN]int64 {
 // (the most space back per byte copied), oldest first among equals. It
 // considers only sealed segments that end at or before the durable
 // checkpoint (so the next checkpoint can remove them once rewritten) and
-// that still hold a live body (a dead one needs no rewrite: the checkpoint
-// removes it).
+// that still hold a live body or another record a replay needs (a dead one
+// needs no rewrite: the checkpoint removes it).
 func pick(segs []storage.SegmentStat, p Policy) []wal.LSN {
 	var cands []storage.SegmentStat
 	for _, s := range segs {
-		if s.Active || !s.Checkpointed || s.LiveBodies == 0 {
+		if s.Active || !s.Checkpointed || s.LiveBodies == 0 && s.Held == 0 {
 			continue
 		}
 		if p.MinLiveRatio < 1 && s.LiveRatio() >= p.MinLiveRatio {

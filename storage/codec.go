@@ -40,19 +40,21 @@ const (
 	recMoveFull wal.RecordType = 14
 	// recSnap: job header, body lsn, body size, stored size. The job's
 	// whole state, its body left where it is: written forward before a
-	// segment holding the job's history is removed (forward.go). Applied
-	// live it changes nothing but the job's creator list; replayed it sets
-	// the job (creating it if needed).
+	// segment holding the job's history is removed (forward.go), and by the
+	// collector for a job anchored in a segment it empties. Applied live it
+	// changes nothing but the job's creator list; replayed it sets the job
+	// (creating it if needed).
 	recSnap wal.RecordType = 15
-	// recTomb: id, creator lsns. A deleted job's DEL written forward before
-	// the segment holding it is removed, while a record that could create
-	// the job in a replay (its ADD, MOVE or SNAP at those lsns) is still in
-	// the AOF. Replayed it deletes the job.
+	// recTomb: id, source lsn, creator lsns. A deleted job's DEL (at the
+	// source lsn) copied forward by the collector out of a segment it
+	// empties, while a record that could create the job in a replay (its
+	// ADD, MOVE or SNAP at those lsns) is still in the AOF (accounting.go).
+	// Replayed it deletes the job.
 	recTomb wal.RecordType = 16
-	// recMeta: node id, then every queue's pause state (count, then state
-	// and name each). Written forward before a segment holding the node id
-	// or a pause record is removed; replayed it sets the node id and
-	// replaces every pause state.
+	// recMeta: node id, highest ctime, then every queue's pause state
+	// (count, then state and name each). Written forward before a segment
+	// holding the node id or a pause record is removed; replayed it sets the
+	// node id and the highest ctime and replaces every pause state.
 	recMeta wal.RecordType = 17
 )
 
@@ -90,8 +92,9 @@ type op struct {
 	// del, tomb: the lsns of the deleted job's records that could create it
 	// in a replay (Job.creatorLSNs), filled in when the deletion applies.
 	creators []wal.LSN
-	// meta: every queue's pause state.
-	pauses map[string]PauseState
+	// meta: every queue's pause state, and the highest ctime.
+	pauses   map[string]PauseState
+	maxCtime uint64
 	// replay: the op is replayed from the AOF, not applied live (records
 	// carrying a whole job state set it instead of checking it).
 	replay bool
@@ -124,8 +127,12 @@ func encodeOp(dst []byte, o *op) []byte {
 		return binary.AppendVarint(dst, o.awake)
 	case recAck, recDequeue:
 		return append(dst, o.id...)
-	case recDel, recTomb:
+	case recDel:
 		dst = append(dst, o.id...)
+		return appendLSNs(dst, o.creators)
+	case recTomb:
+		dst = append(dst, o.id...)
+		dst = binary.AppendUvarint(dst, uint64(o.src))
 		return appendLSNs(dst, o.creators)
 	case recSnap:
 		dst = appendJobHeader(dst, o.job)
@@ -135,6 +142,7 @@ func encodeOp(dst []byte, o *op) []byte {
 	case recMeta:
 		dst = binary.AppendUvarint(dst, uint64(len(o.node)))
 		dst = append(dst, o.node...)
+		dst = binary.AppendUvarint(dst, o.maxCtime)
 		dst = binary.AppendUvarint(dst, uint64(len(o.pauses)))
 		for _, q := range sortedPauseQueues(o.pauses) {
 			dst = append(dst, byte(o.pauses[q]))
@@ -205,11 +213,15 @@ func decodeOp(typ wal.RecordType, payload []byte) (*op, error) {
 		o.awake = d.varint()
 	case recAck, recDequeue:
 		o.id = d.id()
-	case recDel, recTomb:
+	case recDel:
 		o.id = d.id()
-		if len(d.b) > 0 || typ == recTomb { // a format-2 DEL is the id alone
+		if len(d.b) > 0 { // a format-2 DEL is the id alone
 			o.creators = d.lsns()
 		}
+	case recTomb:
+		o.id = d.id()
+		o.src = wal.LSN(d.uvarint())
+		o.creators = d.lsns()
 	case recSnap:
 		j := &Job{}
 		d.jobHeader(j)
@@ -219,6 +231,7 @@ func decodeOp(typ wal.RecordType, payload []byte) (*op, error) {
 		o.job, o.id = j, j.ID
 	case recMeta:
 		o.node = d.str()
+		o.maxCtime = d.uvarint()
 		n := d.uvarint()
 		if n > uint64(len(d.b)) {
 			d.fail("too many pause states")

@@ -428,7 +428,7 @@ func (s *Store) prepareRecord(o *op, old, nj *Job) {
 	case recDel:
 		o.creators = s.present(old.creators())
 	case recMeta:
-		o.node, o.pauses = s.nodeID, maps.Clone(s.paused)
+		o.node, o.pauses, o.maxCtime = s.nodeID, maps.Clone(s.paused), s.maxCtime
 	}
 }
 
@@ -521,6 +521,7 @@ func (s *Store) write(b *writeBuffer, o *op, old, nj *Job, lsn wal.LSN) error {
 	case recPause:
 		return s.setPause(b, o.queue, o.pause)
 	case recMeta:
+		s.maxCtime = max(s.maxCtime, o.maxCtime)
 		if s.nodeID != o.node && o.node != "" {
 			s.setNodeID(o.node)
 			if err := b.Set(keyNodeID, []byte(o.node), false); err != nil {
@@ -546,7 +547,9 @@ func (s *Store) write(b *writeBuffer, o *op, old, nj *Job, lsn wal.LSN) error {
 		nj.BodyLSN = lsn
 	case o.typ == recMove, o.typ == recMoveFull, o.typ == recSnap:
 		// A new creator (see Job.creatorLSNs): the job's earlier ones (and
-		// its body's record) stay while their segments do.
+		// its body's record) stay while their segments do. (A MOVE of an
+		// older build carries no job state, and a replay cannot create the
+		// job from it: forward.go says what that means for a rebuild.)
 		base := []wal.LSN{nj.BodyLSN} // a SNAP's body
 		if o.typ != recSnap {
 			base[0] = o.src // a MOVE's source
@@ -556,6 +559,15 @@ func (s *Store) write(b *writeBuffer, o *op, old, nj *Job, lsn wal.LSN) error {
 			base = append(slices.Clone(old.creators()), base...)
 		}
 		nj.creatorLSNs = append(s.present(dedupLSNs(base)), lsn)
+	}
+	switch o.typ {
+	case recDel:
+		// Needed while the job's creators are in the AOF (accounting.go).
+		defer s.hold(lsn, o.creators, +1)
+	case recTomb:
+		// A deletion the collector copied forward: the copy holds now.
+		defer s.hold(o.src, o.creators, -1)
+		defer s.hold(lsn, o.creators, +1)
 	}
 	if old == nil && nj == nil {
 		// A transition of a job deleted earlier in the log: nothing to do.
@@ -679,7 +691,8 @@ func (s *Store) putJob(b *writeBuffer, old, nj *Job) error {
 			set(s.kbuf, nil, true)
 		}
 	}
-	// Job count and the body's segment.
+	// The job's anchor (accounting.go), its count and its body's segment.
+	s.moveAnchor(old, nj)
 	switch {
 	case old == nil && nj != nil:
 		s.jobs++
@@ -715,6 +728,11 @@ func (s *Store) addQueued(queue string, delta int64) {
 
 func (s *Store) addLive(j *Job, sign int64) {
 	seg, ok := s.log.SegmentOf(j.BodyLSN)
+	if !ok && s.rebuilding {
+		// A SNAP replayed in a rebuild names the body where it was then;
+		// the collector's MOVE after it says where it is.
+		return
+	}
 	if !ok {
 		// A checkpoint removes only segments with no live body, so this is
 		// damage (or a bug). It is counted and logged, and no segment is
@@ -726,15 +744,10 @@ func (s *Store) addLive(j *Job, sign int64) {
 			"job", j.ID, "lsn", j.BodyLSN)
 		return
 	}
-	l := s.segments[seg]
-	l.bodies += sign
-	l.bytes += sign * int64(j.StoredSize)
-	if l.bodies > 0 {
-		s.segments[seg] = l
-	} else {
-		delete(s.segments, seg)
-	}
-	s.dirtySegments[seg] = struct{}{}
+	s.changeSegment(seg, func(l *segmentLive) {
+		l.bodies += sign
+		l.bytes += sign * int64(j.StoredSize)
+	})
 }
 
 // flushBufferLocked gives the write buffer to Pebble: its writes, the dirty
@@ -785,8 +798,7 @@ func (s *Store) writeMetaLocked(b *pebble.Batch) error {
 	clear(s.dirtyQueues)
 	for seg := range s.dirtySegments {
 		if l, ok := s.segments[seg]; ok {
-			v := binary.AppendUvarint(binary.AppendUvarint(nil, uint64(l.bodies)), uint64(l.bytes))
-			errs = append(errs, b.Set(segmentKey(uint64(seg)), v, nil))
+			errs = append(errs, b.Set(segmentKey(uint64(seg)), l.encode(nil), nil))
 		} else {
 			errs = append(errs, b.Delete(segmentKey(uint64(seg)), nil))
 		}

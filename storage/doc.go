@@ -47,9 +47,11 @@
 // replay of what it holds would miss their records. Before a segment goes,
 // what a replay from the first segment needs of it is written forward
 // (forward.go): a SNAP (a job's whole state) for a live job with history
-// there, a TOMB for a deletion whose job still has a creating record in the
-// AOF, a META for the node id and pause states; the collector's MOVE
-// carries the job's whole state. So the index can always be rebuilt from the
+// there, and a META (the node id, the highest ctime, the pause states); the
+// collector's MOVE carries the job's whole state. What must stay keeps its
+// segment (accounting.go): a body, a job's latest SNAP, a deletion whose
+// job still has a creating record in an older segment — until the
+// collector copies it forward (MOVE, SNAP, TOMB). So the index can always be rebuilt from the
 // AOF exactly (rebuild.go): Open does it when the index is missing, was a
 // rebuild cut short, or is corrupt, and when asked (Options.Rebuild); a
 // corrupt index is set aside as index.broken-<time>. Jobs remember their
@@ -71,10 +73,12 @@
 // ctime of any job added: Store.MaxCtime, so that ctimes never go back across a
 // restart).
 //
-// Job values are format 2 (codec.go encodeJob): the id is left to the key
+// Job values are format 3 (codec.go encodeJob): the id is left to the key
 // and a node list that is just this store's node to a flag, which more than
-// halves them. Open still reads format-1 values (an index written before)
-// and marks such an index format 2, which older builds refuse.
+// halves them (format 2), and a job's creator LSNs follow where they are
+// more than its body's record (format 3). Open still reads format-1 and
+// format-2 values (an index written before) and marks such an index format
+// 3, which older builds refuse.
 //
 // Live commits do not write Pebble directly: their index writes gather in a
 // write buffer (write_buffer.go), an ordered map of each key's last write,

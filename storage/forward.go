@@ -9,31 +9,36 @@ import (
 )
 
 // Keeping the AOF the truth. The index is derived from the AOF, but a
-// checkpoint removes segments from the middle of the AOF once no live body
-// is in them (removeDeadSegments). A replay of what is left from the first
-// segment — the rebuild of a lost or corrupt index — must still give the
-// index exactly, so before a segment goes, whatever a replay would miss
-// from it is written forward, at the end of the AOF:
+// checkpoint removes segments from the middle of the AOF once nothing in
+// them is needed (accounting.go: no live body, no job anchored there, no
+// deletion waiting for an older segment). A replay of what is left from the
+// first segment — the rebuild of a lost or corrupt index — must still give
+// the index exactly, so before segments go, what a replay would miss from
+// them is written forward, at the end of the AOF:
 //
-//   - a live job with a record in the segment after its latest full state
-//     (its ADD, or a MOVE or SNAP: the job's creators) gets a SNAP, its
-//     whole state, which a replay takes whatever it had for the job;
-//   - a deletion (a DEL, or a TOMB written forward earlier) whose job has a
-//     creator still in the AOF outside the segments going now gets a TOMB:
-//     without it, a replay would create the job from that record and keep
-//     it. A deletion logs the job's creators for this (Job.creatorLSNs);
-//   - a node id, pause or META record gets a META: the node id and every
-//     queue's pause state.
+//   - a live job with a record there after its latest creator that stays
+//     (its ADD, or a MOVE or SNAP: records that carry its whole state) gets
+//     a SNAP, its whole state, which a replay takes whatever it had for the
+//     job; the job is anchored at the SNAP from then on, which keeps that
+//     segment until the job dies or the collector anchors it anew;
+//   - a META, always: the node id, the highest ctime and every queue's
+//     pause state (the node id and pause records, and the ADDs that held
+//     the highest ctime, may be among what goes).
 //
-// Segments are removed oldest first, and every record a deletion refers to
-// comes before it, so removing several dead segments at once needs nothing
-// forward for what they hold between them. The forward records are durable
-// before the segments are removed. Records of jobs acked, expired or
-// deleted with their whole history in the segments going need nothing.
-// DEBUG FLUSHALL leaves every older segment dead, so they go with it.
+// Deletions need nothing: a segment holding one whose job still has a
+// creator in an older segment that stays is not dead (the collector copies
+// such deletions forward as TOMBs when it empties the segment). Segments
+// are removed oldest first, and a job's creators come before its deletion,
+// so removing several dead segments at once needs nothing between them.
+// The forward records are durable before the segments are removed, and in
+// the index the checkpoint flushes. DEBUG FLUSHALL leaves every older
+// segment dead, so they go with it.
 //
-// A job of an index written before format 3 knows only its body's record as
-// a creator: a rebuild of such a store is exact for what was written since.
+// A store written before format 3 did not log its deletions' creators or
+// anchor its jobs, and its collector's MOVE carried no job state: its
+// rebuild is exact for what was written since, but a job it deleted before
+// may come back while that job's ADD is still in the AOF, and a job whose
+// body it moved is lost once that job's ADD is gone.
 
 // forward writes forward what a replay from the first segment would miss
 // once the segments dead are removed (see above), and waits until it is
@@ -44,14 +49,12 @@ func (s *Store) forward(dead []wal.LSN) error {
 		going[d] = true
 	}
 	// last is, per job, the LSN of its last record in the segments going;
-	// gone: a deletion of it is there, after its other records there.
+	// deleted: a deletion of it is there, after its other records there.
 	type seen struct {
-		last     wal.LSN
-		deleted  bool
-		creators []wal.LSN // of the deletion
+		last    wal.LSN
+		deleted bool
 	}
 	jobs := map[string]*seen{}
-	meta := false
 	for _, first := range dead {
 		err := s.log.ScanSegment(first, func(lsn wal.LSN, r wal.Record) error {
 			id, err := recordJobID(r)
@@ -59,23 +62,14 @@ func (s *Store) forward(dead []wal.LSN) error {
 				return fmt.Errorf("storage: forward: record at lsn %d: %w", lsn, err)
 			}
 			if id == "" {
-				meta = meta || r.Type == recNode || r.Type == recPause || r.Type == recMeta
-				return nil
+				return nil // node, pause, flush and meta records: the META below
 			}
 			j := jobs[id]
 			if j == nil {
 				j = &seen{}
 				jobs[id] = j
 			}
-			j.last = lsn
-			j.deleted = r.Type == recDel || r.Type == recTomb
-			if j.deleted {
-				o, err := decodeOp(r.Type, r.Payload)
-				if err != nil {
-					return fmt.Errorf("storage: forward: record at lsn %d: %w", lsn, err)
-				}
-				j.creators = o.creators
-			}
+			j.last, j.deleted = lsn, r.Type == recDel || r.Type == recTomb
 			return nil
 		})
 		if errors.Is(err, wal.ErrNotFound) {
@@ -87,25 +81,13 @@ func (s *Store) forward(dead []wal.LSN) error {
 	}
 	var ops []*op
 	ids := make([]string, 0, len(jobs))
-	for id := range jobs {
-		ids = append(ids, id)
+	for id, j := range jobs {
+		if !j.deleted {
+			ids = append(ids, id)
+		}
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		j := jobs[id]
-		if j.deleted {
-			// Still needed while a creator is in the AOF and not going now.
-			var keep []wal.LSN
-			for _, c := range j.creators {
-				if seg, ok := s.log.SegmentOf(c); ok && !going[seg] {
-					keep = append(keep, c)
-				}
-			}
-			if len(keep) > 0 {
-				ops = append(ops, &op{typ: recTomb, id: id, creators: keep})
-			}
-			continue
-		}
 		cur, err := s.job(id) // the checkpoint holds the pin
 		if errors.Is(err, ErrNotFound) {
 			continue // its whole life was in the segments going
@@ -113,42 +95,35 @@ func (s *Store) forward(dead []wal.LSN) error {
 		if err != nil {
 			return err
 		}
-		// Its latest creator that stays (its body's record at least: a
-		// live body's segment is not dead): a replay starts from it, so
-		// any record of the job after it that goes must be made up for.
+		// Its latest creator that stays (its body's record or its anchor
+		// at least: neither is in a dead segment): a replay starts from
+		// it, so any record of the job after it that goes must be made up
+		// for.
 		survivor := wal.LSN(0)
 		for _, c := range cur.creators() {
 			if seg, ok := s.log.SegmentOf(c); ok && !going[seg] {
 				survivor = max(survivor, c)
 			}
 		}
-		if j.last > survivor {
+		if jobs[id].last > survivor {
 			ops = append(ops, &op{typ: recSnap, id: id})
 		}
 	}
-	if meta {
-		ops = append(ops, &op{typ: recMeta})
-	}
-	var snaps, tombs int64
-	for _, o := range ops {
-		switch o.typ {
-		case recSnap:
-			snaps++
-		case recTomb:
-			tombs++
-		}
-	}
-	if len(ops) == 0 {
-		return nil
-	}
+	// A META goes with every removal, not only of the node's and the pause
+	// records: it carries the highest ctime, which the ADDs going may hold.
+	ops = append(ops, &op{typ: recMeta})
+	var snaps int64
 	for len(ops) > 0 {
 		n := min(len(ops), rewriteBatchJobs)
 		res := make([]Result, n)
 		p := s.apply(ops[:n], res)
 		for i, r := range res {
-			// A job deleted since the scan needs no SNAP; a TOMB of a job
-			// that exists again cannot be (ids are unique) and is skipped.
-			if r.Err != nil && !errors.Is(r.Err, ErrNotFound) && !errors.Is(r.Err, ErrExists) {
+			switch {
+			case r.Err == nil && ops[i].typ == recSnap:
+				snaps++
+			case r.Err == nil, errors.Is(r.Err, ErrNotFound):
+				// A job deleted since the scan needs no SNAP.
+			default:
 				return fmt.Errorf("storage: forward %s: %w", ops[i].id, r.Err)
 			}
 		}
@@ -160,8 +135,13 @@ func (s *Store) forward(dead []wal.LSN) error {
 	s.mu.Lock()
 	end := s.applied
 	s.collected.Snaps += snaps
-	s.collected.Tombs += tombs
 	s.mu.Unlock()
+	// What forward wrote is the checkpoint's own: it is no reason for
+	// another.
+	select {
+	case <-s.ckptKick:
+	default:
+	}
 	return s.log.WaitSynced(end)
 }
 

@@ -86,10 +86,11 @@ const (
 	mopAck
 	mopDelete
 	mopPause
+	mopFlush
 	numMops
 )
 
-var mopNames = [numMops]string{"add", "queue", "deliver", "requeue", "nack", "working", "dequeue", "ack", "delete", "pause"}
+var mopNames = [numMops]string{"add", "queue", "deliver", "requeue", "nack", "working", "dequeue", "ack", "delete", "pause", "flushall"}
 
 // mop is one lifecycle operation.
 type mop struct {
@@ -138,6 +139,8 @@ func (o *mop) run(s *Store) (*Job, error) {
 		return nil, s.Delete(o.id)
 	case mopPause:
 		return nil, s.Pause(o.queue, o.pause)
+	case mopFlush:
+		return nil, s.FlushAll().Wait()
 	}
 	panic("unknown op")
 }
@@ -210,7 +213,7 @@ func nextJob(cur Job, o *mop) (Job, error) {
 // and pause) or the error the store must return. It changes nothing. An Add's
 // job lacks BodyLSN and StoredSize, which only the store knows.
 func (m *jobModel) next(o *mop) (*Job, error) {
-	if o.kind == mopPause {
+	if o.kind == mopPause || o.kind == mopFlush {
 		return nil, nil
 	}
 	cur := m.jobs[o.id]
@@ -240,6 +243,10 @@ func (m *jobModel) next(o *mop) (*Job, error) {
 // it (for Add, with its BodyLSN and StoredSize).
 func (m *jobModel) apply(o *mop, nj *Job) {
 	switch o.kind {
+	case mopFlush:
+		clear(m.jobs)
+		m.ids = nil
+		clear(m.paused)
 	case mopPause:
 		if o.pause == PauseNone {
 			delete(m.paused, o.queue)

@@ -345,6 +345,7 @@ func (s *Store) Stats() Stats {
 			Size:         seg.Size,
 			LiveBodies:   l.bodies,
 			LiveBytes:    l.bytes,
+			Held:         l.held(),
 			Active:       i == len(segs)-1,
 			Checkpointed: i < len(segs)-1 && seg.First+wal.LSN(seg.Size) <= s.durableApplied,
 		}

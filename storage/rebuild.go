@@ -98,6 +98,21 @@ func (s *Store) openIndex(popts *pebble.Options) error {
 		return s.markRebuild()
 	}
 	switch {
+	case mode == RebuildNever && s.rebuildCutShort:
+		return errors.New("storage: the index is a rebuild that was cut short, and it may not be rebuilt here " +
+			"(read-only, or rebuilds refused): open it writable to finish the rebuild")
+	case mode == RebuildNever && s.newIndex:
+		// A replay from the start is the index when nothing was ever
+		// removed from the aof (an index that never flushed); otherwise it
+		// takes a rebuild.
+		whole, err := aofWhole(s)
+		if err != nil {
+			return err
+		}
+		if !whole {
+			return errors.New("storage: there is no index, and the aof no longer holds its whole history, so the index " +
+				"must be rebuilt, which may not be done here (read-only, or rebuilds refused): open it writable to rebuild it")
+		}
 	case mode == RebuildNever:
 	case s.rebuildCutShort:
 		s.opts.Logger.Warn("storage: the index is a rebuild that was cut short; rebuilding it again")
@@ -187,6 +202,28 @@ func aofHasRecords(s *Store) (bool, error) {
 	return false, nil
 }
 
+// aofWhole reports whether the store's AOF holds every record it was
+// ever written: its segments start at LSN 0 and follow each other.
+func aofWhole(s *Store) (bool, error) {
+	fs := s.opts.FS
+	dir := fs.PathJoin(s.dir, walDir)
+	if _, err := fs.Stat(dir); err != nil {
+		return true, nil
+	}
+	segs, err := wal.ListSegments(fs, dir)
+	if err != nil {
+		return false, err
+	}
+	next := wal.LSN(0)
+	for _, seg := range segs {
+		if seg.First != next {
+			return false, nil
+		}
+		next = seg.First + wal.LSN(seg.Size)
+	}
+	return true, nil
+}
+
 // replayAll rebuilds the index from every record of the AOF.
 func (s *Store) replayAll() error {
 	start := time.Now()
@@ -201,11 +238,10 @@ func (s *Store) replayAll() error {
 			return fmt.Errorf("storage: aof record at lsn %d: %w", lsn, err)
 		}
 		o.replay, o.rebuild = true, true
+		// An ADD of a job the replay has is a job added again after a
+		// deletion whose record was collected (the add was refused live
+		// while the job existed): it replaces it.
 		old, nj, err := s.resolve(nil, o)
-		if err == nil && o.typ == recAdd && old != nil {
-			skipped++ // cannot be: ids are unique
-			return nil
-		}
 		if err == nil && nj == nil && old == nil && o.id != "" {
 			skipped++ // a record of a job the collected history had deleted
 		}

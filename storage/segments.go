@@ -33,8 +33,10 @@ type SegmentStat struct {
 	// Size is the bytes of records in it.
 	Size int64
 	// LiveBodies and LiveBytes count the job bodies in it that jobs still
-	// reference, and their stored (possibly compressed) bytes.
-	LiveBodies, LiveBytes int64
+	// reference, and their stored (possibly compressed) bytes; Held the
+	// other records in it that a replay still needs — job states and
+	// deletions (accounting.go) — which a rewrite copies forward too.
+	LiveBodies, LiveBytes, Held int64
 	// Active: the segment being appended to. It cannot be rewritten.
 	Active bool
 	// Checkpointed: it ends at or before the durable checkpoint, so once it
@@ -62,7 +64,7 @@ func (s SegmentStat) LiveRatio() float64 {
 
 // LiveOverhead is what the MOVE records of the live bodies would add to
 // their bytes in a rewrite.
-func (s SegmentStat) LiveOverhead() int64 { return s.LiveBodies * moveOverhead }
+func (s SegmentStat) LiveOverhead() int64 { return (s.LiveBodies + s.Held) * moveOverhead }
 
 // CollectStats counts what segment collection has done since Open.
 type CollectStats struct {
@@ -79,17 +81,18 @@ type CollectStats struct {
 	// MisplacedBodies counts jobs found referencing a body in a removed
 	// segment when their accounting changed: damage, logged when found.
 	MisplacedBodies int64
-	// Snaps and Tombs count the job states and deletions written forward
-	// before segments holding them were removed (forward.go).
-	Snaps, Tombs int64
+	// Snaps counts the job states written forward before segments holding
+	// their history were removed (forward.go).
+	Snaps int64
 }
 
 // RewriteResult tells what one RewriteSegment did.
 type RewriteResult struct {
 	// Moved and MovedBytes count the bodies copied forward and their
-	// stored bytes; Skipped counts bodies found dead (their job acked,
-	// deleted or expired) while the segment was read.
-	Moved, MovedBytes, Skipped int64
+	// stored bytes; Forwarded the job states (SNAP) and deletions (TOMB)
+	// copied forward (accounting.go); Skipped the bodies found dead (their
+	// job acked, deleted or expired) while the segment was read.
+	Moved, MovedBytes, Forwarded, Skipped int64
 }
 
 // rewriteBatchBytes bounds the bodies one rewrite batch moves, so the commit
@@ -128,11 +131,13 @@ func (s *Store) RewriteSegment(ctx context.Context, first wal.LSN) (RewriteResul
 		}
 		for i, r := range out {
 			switch {
-			case r.Err == nil:
+			case r.Err == nil && ops[i].typ == recMoveFull:
 				res.Moved++
 				res.MovedBytes += int64(len(ops[i].body))
-			case errors.Is(r.Err, ErrNotFound) || errors.Is(r.Err, ErrWrongState):
-				res.Skipped++ // died between the check below and the commit
+			case r.Err == nil:
+				res.Forwarded++
+			case errors.Is(r.Err, ErrNotFound) || errors.Is(r.Err, ErrWrongState) || errors.Is(r.Err, ErrExists):
+				res.Skipped++ // changed between the check below and the commit
 			default:
 				return r.Err
 			}
@@ -144,12 +149,52 @@ func (s *Store) RewriteSegment(ctx context.Context, first wal.LSN) (RewriteResul
 		}
 		return nil
 	}
-	err := s.log.ScanSegment(first, func(lsn wal.LSN, r wal.Record) error {
-		if r.Type != recAdd && r.Type != recMove && r.Type != recMoveFull {
-			return nil
+	flushIfFull := func() error {
+		if batchBytes >= rewriteBatchBytes || len(ops) >= rewriteBatchJobs {
+			return flush()
 		}
+		return nil
+	}
+	s.mu.Lock()
+	held := len(s.segments[first].holds) > 0
+	s.mu.Unlock()
+	err := s.log.ScanSegment(first, func(lsn wal.LSN, r wal.Record) error {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		switch r.Type {
+		case recAdd, recMove, recMoveFull:
+		case recSnap:
+			// A live job anchored here is anchored anew at the end.
+			id, err := recordJobID(r)
+			if err != nil {
+				return fmt.Errorf("storage: rewrite: record at lsn %d: %w", lsn, err)
+			}
+			if j, err := s.job(id); err == nil && anchorOf(j) == lsn {
+				ops = append(ops, &op{typ: recSnap, id: id})
+			}
+			return flushIfFull()
+		case recDel, recTomb:
+			// A deletion still needed goes on at the end (a TOMB).
+			if !held {
+				return nil
+			}
+			o, err := decodeOp(r.Type, r.Payload)
+			if err != nil {
+				return fmt.Errorf("storage: rewrite: record at lsn %d: %w", lsn, err)
+			}
+			var keep []wal.LSN
+			for _, c := range o.creators {
+				if seg, ok := s.log.SegmentOf(c); ok && seg != first {
+					keep = append(keep, c)
+				}
+			}
+			if len(keep) > 0 {
+				ops = append(ops, &op{typ: recTomb, id: o.id, src: lsn, creators: keep})
+			}
+			return flushIfFull()
+		default:
+			return nil
 		}
 		id, err := bodyRecordID(r)
 		if err != nil {
@@ -176,10 +221,7 @@ func (s *Store) RewriteSegment(ctx context.Context, first wal.LSN) (RewriteResul
 		ops = append(ops, &op{typ: recMoveFull, id: id, src: lsn, body: o.body,
 			compressed: o.compressed, bodySize: o.bodySize})
 		batchBytes += len(o.body)
-		if batchBytes >= rewriteBatchBytes || len(ops) >= rewriteBatchJobs {
-			return flush()
-		}
-		return nil
+		return flushIfFull()
 	})
 	if err == nil {
 		err = flush()

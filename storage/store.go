@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -99,12 +98,6 @@ type Store struct {
 	// read-only and the replayed tail lives in the write buffer only.
 	readOnly bool
 	gate     *compactionGate // the index's compaction scheduler
-}
-
-// segmentLive counts the bodies of one AOF segment still referenced by jobs.
-type segmentLive struct {
-	bodies int64
-	bytes  int64
 }
 
 // RecoveryInfo describes what Open did.
@@ -370,10 +363,9 @@ func (s *Store) loadMeta() error {
 		return err
 	}
 	return s.scanPrefix([]byte{prefixSegment}, func(k, v []byte) error {
-		d := decoder{b: v}
-		live := segmentLive{bodies: int64(d.uvarint()), bytes: int64(d.uvarint())}
-		if d.err != nil || len(k) != 9 {
-			return fmt.Errorf("storage: malformed segment accounting key %x", k)
+		live, err := decodeSegmentLive(v)
+		if err != nil || len(k) != 9 {
+			return fmt.Errorf("storage: malformed segment accounting key %x: %v", k, err)
 		}
 		s.segments[wal.LSN(binary.BigEndian.Uint64(k[1:]))] = live
 		return nil
@@ -665,16 +657,13 @@ func (s *Store) Checkpoint() error {
 	// at least these bodies. Operations applied during the flush may make a
 	// segment look dead now, but the flushed index may predate them.
 	applied := s.applied
-	live := maps.Clone(s.segments)
+	live := s.cloneSegments()
 	s.mu.Unlock()
 	// The segments this checkpoint removes, and what a replay from the
 	// first segment would miss without them, written forward now, so that
 	// the index flushed below holds it (a clean restart replays nothing).
 	// Those records add no body to a sealed segment: the set stays dead.
-	dead, err := s.deadSegments(applied, live)
-	if err != nil {
-		return err
-	}
+	dead := s.deadSegments(applied, live)
 	if len(dead) > 0 {
 		if err := s.forward(dead); err != nil {
 			return err
@@ -714,22 +703,6 @@ func (s *Store) Checkpoint() error {
 	return s.removeSegments(dead)
 }
 
-// deadSegments returns the sealed segments that end at or before checkpoint
-// and held no live body at it, wherever they are in the log: once the
-// checkpoint is durable nothing will replay them (the index has applied
-// them) and nothing will read them (no job's body is there), so a
-// long-delayed job at the front of the log does not pin the churn behind it.
-func (s *Store) deadSegments(checkpoint wal.LSN, live map[wal.LSN]segmentLive) ([]wal.LSN, error) {
-	segs := s.log.Segments()
-	var dead []wal.LSN
-	for _, seg := range segs[:len(segs)-1] {
-		if seg.First+wal.LSN(seg.Size) <= checkpoint && live[seg.First].bodies == 0 {
-			dead = append(dead, seg.First)
-		}
-	}
-	return dead, nil
-}
-
 // removeSegments removes the dead segments a checkpoint found, once it is
 // durable (and what forward wrote for them with it).
 func (s *Store) removeSegments(dead []wal.LSN) error {
@@ -746,6 +719,7 @@ func (s *Store) removeSegments(dead []wal.LSN) error {
 		return err
 	}
 	s.mu.Lock()
+	s.releaseHolds(dead)
 	s.collected.SegmentsRemoved += int64(len(dead))
 	s.collected.BytesReclaimed += bytes
 	s.mu.Unlock()
@@ -760,11 +734,25 @@ func (s *Store) checkLiveSegments() error {
 	for _, seg := range s.log.Segments() {
 		held[seg.First] = true
 	}
+	var gone []wal.LSN
 	for first, l := range s.segments {
-		if !held[first] {
-			return fmt.Errorf("storage: aof segment %016x.wal is missing but holds %d live job bodies", uint64(first), l.bodies)
+		switch {
+		case held[first]:
+		case l.bodies > 0 || l.anchors > 0:
+			return fmt.Errorf("storage: aof segment %016x.wal is missing but holds %d live job bodies and %d job states",
+				uint64(first), l.bodies, l.anchors)
+		default:
+			// Only deletions that waited for older segments, removed with
+			// it by a checkpoint that the index on disk predates.
+			gone = append(gone, first)
+		}
+		for c := range l.holds {
+			if !held[c] {
+				gone = append(gone, c)
+			}
 		}
 	}
+	s.releaseHolds(gone)
 	return nil
 }
 

@@ -574,6 +574,10 @@ func (l *Log) RemoveSegments(firsts []LSN) error {
 	return l.removeFiles(drop)
 }
 
+// removeFiles removes the segments in order, each removal durable before
+// the next: an owner may need the older ones gone first (storage keeps a
+// deletion only while its job's older records are in the log), and a
+// crash could otherwise keep any subset of the unlinks.
 func (l *Log) removeFiles(drop []segment) error {
 	fs := l.opts.FS
 	for _, s := range drop {
@@ -583,9 +587,9 @@ func (l *Log) removeFiles(drop []segment) error {
 		if err := fs.Remove(fs.PathJoin(l.dir, segmentName(s.first))); err != nil {
 			return fmt.Errorf("wal: remove segment %s: %w", segmentName(s.first), err)
 		}
-	}
-	if err := durable.SyncDir(fs, l.dir); err != nil {
-		return fmt.Errorf("wal: sync %s: %w", l.dir, err)
+		if err := durable.SyncDir(fs, l.dir); err != nil {
+			return fmt.Errorf("wal: sync %s: %w", l.dir, err)
+		}
 	}
 	return nil
 }

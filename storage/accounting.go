@@ -1,0 +1,237 @@
+package storage
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/diskque/diskque/wal"
+)
+
+// Per-segment accounting: what keeps an AOF segment from being removed.
+// A sealed segment is dead — a checkpoint removes it — when nothing in it
+// is needed any more:
+//
+//   - no live body: a job's body is read from its record (bodies, bytes);
+//   - no anchor: a live job whose latest full-state record (a SNAP, see
+//     Job.creatorLSNs) lies here and is not its body's record — a replay
+//     from the first segment starts the job from it (anchors);
+//   - no hold: a deletion here whose job still has a record that could
+//     create it in an older segment the AOF keeps — a replay would bring the
+//     job back without it (holds, per segment of such a record).
+//
+// The collector rewrites a sparse segment by copying all three forward
+// (MOVE for bodies, SNAP for anchors, TOMB for deletions), after which it is
+// dead. A segment's counts are persisted in its g/ key with every buffer
+// flush, so they are the index's, as exact as the rest of it.
+
+// segmentLive is what one AOF segment still holds that is needed.
+type segmentLive struct {
+	bodies int64
+	bytes  int64
+	// anchors counts the live jobs anchored here (SNAP records).
+	anchors int64
+	// holds counts, per segment holding a creator of the deleted job, the
+	// deletions here that are still needed. Never shared between copies.
+	holds map[wal.LSN]int64
+}
+
+func (l segmentLive) empty() bool { return l.bodies == 0 && l.anchors == 0 && len(l.holds) == 0 }
+
+// held is how many records beside bodies keep the segment: its anchors and
+// holds.
+func (l segmentLive) held() int64 {
+	n := l.anchors
+	for _, c := range l.holds {
+		n += c
+	}
+	return n
+}
+
+func (l segmentLive) clone() segmentLive {
+	l.holds = maps.Clone(l.holds)
+	return l
+}
+
+// encode appends the segment's g/ value: bodies, bytes, then (when any)
+// anchors and the holds (count, then creator segment and count each).
+func (l segmentLive) encode(dst []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(l.bodies))
+	dst = binary.AppendUvarint(dst, uint64(l.bytes))
+	if l.anchors == 0 && len(l.holds) == 0 {
+		return dst
+	}
+	dst = binary.AppendUvarint(dst, uint64(l.anchors))
+	dst = binary.AppendUvarint(dst, uint64(len(l.holds)))
+	for _, c := range slices.Sorted(maps.Keys(l.holds)) {
+		dst = binary.AppendUvarint(dst, uint64(c))
+		dst = binary.AppendUvarint(dst, uint64(l.holds[c]))
+	}
+	return dst
+}
+
+func decodeSegmentLive(v []byte) (segmentLive, error) {
+	d := decoder{b: v}
+	l := segmentLive{bodies: int64(d.uvarint()), bytes: int64(d.uvarint())}
+	if d.err == nil && len(d.b) > 0 {
+		l.anchors = int64(d.uvarint())
+		n := d.uvarint()
+		if n > uint64(len(d.b)) {
+			d.fail("too many holds")
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			if l.holds == nil {
+				l.holds = map[wal.LSN]int64{}
+			}
+			c := wal.LSN(d.uvarint())
+			l.holds[c] = int64(d.uvarint())
+		}
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("trailing bytes")
+	}
+	if d.err != nil {
+		return segmentLive{}, fmt.Errorf("storage: malformed segment accounting: %v", d.err)
+	}
+	return l, nil
+}
+
+// changeSegment applies fn to the accounting of seg and marks it dirty.
+func (s *Store) changeSegment(seg wal.LSN, fn func(*segmentLive)) {
+	l := s.segments[seg]
+	fn(&l)
+	if l.empty() {
+		delete(s.segments, seg)
+	} else {
+		s.segments[seg] = l
+	}
+	s.dirtySegments[seg] = struct{}{}
+}
+
+// anchorOf returns the LSN of the job's anchor, its latest creator when
+// that is not its body's record (a SNAP), or 0.
+func anchorOf(j *Job) wal.LSN {
+	if j == nil || len(j.creatorLSNs) == 0 {
+		return 0
+	}
+	if last := j.creatorLSNs[len(j.creatorLSNs)-1]; last != j.BodyLSN {
+		return last
+	}
+	return 0
+}
+
+// moveAnchor moves a job's anchor from the one old had to the one nj has.
+func (s *Store) moveAnchor(old, nj *Job) {
+	a0, a1 := anchorOf(old), anchorOf(nj)
+	if a0 == a1 {
+		return
+	}
+	for _, a := range []struct {
+		lsn  wal.LSN
+		sign int64
+	}{{a0, -1}, {a1, +1}} {
+		if a.lsn == 0 {
+			continue
+		}
+		if seg, ok := s.log.SegmentOf(a.lsn); ok {
+			s.changeSegment(seg, func(l *segmentLive) { l.anchors += a.sign })
+		} else if !s.rebuilding {
+			s.collected.MisplacedBodies++
+		}
+	}
+}
+
+// hold records that the deletion at lsn, of a job with these creators, is
+// needed while the segments of the creators are in the AOF (sign +1), or no
+// longer needed there (sign -1: a TOMB took it over).
+func (s *Store) hold(lsn wal.LSN, creators []wal.LSN, sign int64) {
+	at, ok := s.log.SegmentOf(lsn)
+	if !ok {
+		return
+	}
+	for _, c := range creators {
+		cs, ok := s.log.SegmentOf(c)
+		if !ok || cs == at {
+			continue // gone, or in the same segment: they go together
+		}
+		s.changeSegment(at, func(l *segmentLive) {
+			if l.holds == nil {
+				l.holds = map[wal.LSN]int64{}
+			}
+			if l.holds[cs] += sign; l.holds[cs] <= 0 {
+				delete(l.holds, cs)
+			}
+		})
+	}
+}
+
+// releaseHolds forgets the holds on the removed segments: their creators
+// are gone, so the deletions that waited for them are no longer needed.
+// Called with mu held.
+func (s *Store) releaseHolds(removed []wal.LSN) {
+	gone := make(map[wal.LSN]bool, len(removed))
+	for _, r := range removed {
+		gone[r] = true
+		if _, ok := s.segments[r]; ok {
+			delete(s.segments, r)
+			s.dirtySegments[r] = struct{}{}
+		}
+	}
+	for seg, l := range s.segments {
+		changed := false
+		for c := range l.holds {
+			if gone[c] {
+				delete(l.holds, c)
+				changed = true
+			}
+		}
+		if changed {
+			s.changeSegment(seg, func(*segmentLive) {})
+		}
+	}
+}
+
+// cloneSegments is a deep copy of the accounting, for a checkpoint to
+// decide on outside mu.
+func (s *Store) cloneSegments() map[wal.LSN]segmentLive {
+	out := make(map[wal.LSN]segmentLive, len(s.segments))
+	for k, v := range s.segments {
+		out[k] = v.clone()
+	}
+	return out
+}
+
+// deadSegments returns the sealed segments that end at or before checkpoint
+// and held, as of live, nothing needed: no body, no anchor, and no deletion
+// waiting for a segment that stays (a creator in a segment dead too goes
+// first: segments are removed oldest first, and a job's creators come
+// before its deletion). Once the checkpoint is durable nothing will replay
+// them and nothing will read them; wherever they are in the log, so a
+// long-delayed job at the front does not pin the churn behind it.
+func (s *Store) deadSegments(checkpoint wal.LSN, live map[wal.LSN]segmentLive) []wal.LSN {
+	segs := s.log.Segments()
+	var dead []wal.LSN
+	isDead, present := map[wal.LSN]bool{}, map[wal.LSN]bool{}
+	for _, seg := range segs {
+		present[seg.First] = true
+	}
+	for _, seg := range segs[:len(segs)-1] {
+		l := live[seg.First]
+		if seg.First+wal.LSN(seg.Size) > checkpoint || l.bodies > 0 || l.anchors > 0 {
+			continue
+		}
+		ok := true
+		for c := range l.holds {
+			if present[c] && !isDead[c] {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			dead = append(dead, seg.First)
+			isDead[seg.First] = true
+		}
+	}
+	return dead
+}

@@ -1,0 +1,393 @@
+package storage
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/wal"
+)
+
+func rvOpts(fs vfs.FS) Options {
+	o := TestingOptions()
+	o.FS = fs
+	o.Sync = wal.SyncNever
+	o.SegmentSize = 32 << 10
+	o.Logger = slog.New(slog.DiscardHandler)
+	return o
+}
+
+// rebuildCheck copies fs, drops index/, rebuilds, and compares with m.
+func rebuildCheck(t *testing.T, fs *vfs.MemFS, m *jobModel, queues []string) *Store {
+	t.Helper()
+	clone := fs.CrashClone(keepEverything())
+	if err := clone.RemoveAll(eqDir + "/" + indexDir); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(eqDir, rvOpts(clone))
+	if err != nil {
+		t.Fatalf("rebuild: %v", err)
+	}
+	if !s.RecoveryInfo().Rebuilt {
+		t.Fatal("not rebuilt")
+	}
+	syncBodyLSNs(s, m)
+	checkStore(t, s, m, queues)
+	return s
+}
+
+// A live job whose state differs from its ADD gets one SNAP when the
+// segments after its ADD go, and is anchored there: later checkpoints of an
+// idle store write nothing forward again.
+func TestForwardSnapsOnce(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	s, err := Open(eqDir, rvOpts(fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := newModelHistory(newJobModel(), 0)
+	noteOpen(h, s)
+	g := newOpGen(1, s.NodeID())
+	var ids []string
+	for range 1500 {
+		o := g.queuedJob(8)
+		modelDo(t, s, h, o)
+		ids = append(ids, o.id)
+	}
+	for _, id := range ids {
+		modelDo(t, s, h, &mop{kind: mopDeliver, id: id, qtime: g.time()})
+	}
+	var prev int64
+	for i := range 6 {
+		if err := s.Checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+		st := s.Stats()
+		t.Logf("checkpoint %d (no ops): snaps so far %d (+%d), segments removed %d, aof end %d",
+			i, st.Collect.Snaps, st.Collect.Snaps-prev, st.Collect.SegmentsRemoved, st.AOFEnd)
+		if i >= 2 && st.Collect.Snaps-prev > 0 {
+			t.Errorf("checkpoint %d of an idle store wrote %d SNAPs forward again", i, st.Collect.Snaps-prev)
+		}
+		prev = st.Collect.Snaps
+	}
+	rebuildCheck(t, fs, h.cur, g.queues).Close()
+}
+
+// With CheckpointBytes below what forward writes, what forward wrote is no
+// reason for another checkpoint: the background loop does not kick itself.
+func TestForwardDoesNotKickCheckpoints(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	o := rvOpts(fs)
+	o.CheckpointBytes = 1 << 40 // no kick while the jobs are written
+	o.CheckpointInterval = time.Hour
+	s, err := Open(eqDir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := newModelHistory(newJobModel(), 0)
+	noteOpen(h, s)
+	g := newOpGen(2, s.NodeID())
+	var ids []string
+	for range 1500 {
+		op := g.queuedJob(8)
+		modelDo(t, s, h, op)
+		ids = append(ids, op.id)
+	}
+	for _, id := range ids {
+		modelDo(t, s, h, &mop{kind: mopDeliver, id: id, qtime: g.time()})
+	}
+	s.mu.Lock()
+	s.opts.CheckpointBytes = 64 << 10 // < the ~200 KiB of SNAPs
+	s.mu.Unlock()
+	// One checkpoint by hand removes the segments and writes the SNAPs
+	// forward, past CheckpointBytes.
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.Collect.Snaps == 0 || st.Collect.SegmentsRemoved == 0 {
+		t.Fatalf("%d SNAPs, %d segments removed: the case is not exercised", st.Collect.Snaps, st.Collect.SegmentsRemoved)
+	}
+	// Kicks sent while forward wrote were drained (or taken by the loop,
+	// whose checkpoint has finished once ckptMu is free).
+	s.ckptMu.Lock()
+	s.ckptMu.Unlock()
+	if n := len(s.ckptKick); n != 0 {
+		t.Errorf("after the checkpoint, %d kick pending: what forward wrote asks for another", n)
+	}
+	a := s.Stats()
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if b := s.Stats(); b.AOFEnd != a.AOFEnd {
+		t.Errorf("a checkpoint of an idle store wrote %d AOF bytes", b.AOFEnd-a.AOFEnd)
+	}
+}
+
+// rvChurn adds and deletes n jobs of bodyLen bytes: records that roll the log
+// and leave the segments dead.
+func rvChurn(t *testing.T, s *Store, h *modelHistory, g *opGen, n, bodyLen int) {
+	for range n {
+		o := g.queuedJob(bodyLen)
+		for k := range o.body {
+			o.body[k] = byte(g.rng.Uint32())
+		}
+		modelDo(t, s, h, o)
+		modelDo(t, s, h, &mop{kind: mopDelete, id: o.id})
+	}
+}
+
+// Store.Add accepts the id of a job deleted earlier. The DEL's segment is
+// held while the first ADD's stays, and the rebuild replaces the first
+// incarnation with the second.
+func TestRebuildReAddedID(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	s, err := Open(eqDir, rvOpts(fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := newModelHistory(newJobModel(), 0)
+	noteOpen(h, s)
+	g := newOpGen(3, s.NodeID())
+	pin := g.queuedJob(100) // keeps the first ADD's segment
+	modelDo(t, s, h, pin)
+	first := g.queuedJob(100)
+	modelDo(t, s, h, first)
+	rvChurn(t, s, h, g, 10, 4000)
+	modelDo(t, s, h, &mop{kind: mopDelete, id: first.id})
+	rvChurn(t, s, h, g, 10, 4000)
+	again := g.queuedJob(200)
+	again.id, again.job.ID = first.id, first.id
+	again.job.Queue = "beta"
+	modelDo(t, s, h, again)
+	rvChurn(t, s, h, g, 10, 4000)
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("removed %d segments", s.Stats().Collect.SegmentsRemoved)
+	rebuildCheck(t, fs, h.cur, g.queues).Close()
+}
+
+// RebuildNever over a missing index: a replay from LSN 0 is the index
+// while the AOF still holds its whole history (nothing was ever removed),
+// so Open succeeds and the store is exact; once segments were removed the
+// index can only be rebuilt, and Open refuses.
+func TestRebuildNeverMissingIndex(t *testing.T) {
+	for _, removeMiddle := range []bool{false, true} {
+		fs := vfs.NewCrashableMem()
+		s, err := Open(eqDir, rvOpts(fs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newModelHistory(newJobModel(), 0)
+		noteOpen(h, s)
+		g := newOpGen(4, s.NodeID())
+		modelDo(t, s, h, g.queuedJob(100))
+		if removeMiddle {
+			rvChurn(t, s, h, g, 20, 4000)
+			modelDo(t, s, h, g.queuedJob(100))
+			rvChurn(t, s, h, g, 10, 4000)
+			if err := s.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		removed := s.Stats().Collect.SegmentsRemoved
+		if removeMiddle && removed == 0 {
+			t.Fatal("the churn removed no segment; the refusal case is not exercised")
+		}
+		s.Close()
+		if err := fs.RemoveAll(eqDir + "/" + indexDir); err != nil {
+			t.Fatal(err)
+		}
+		o := rvOpts(fs)
+		o.Rebuild = RebuildNever
+		s2, err := Open(eqDir, o)
+		switch {
+		case removed == 0 && err != nil:
+			t.Errorf("whole aof: RebuildNever refused a replay from the start: %v", err)
+		case removed == 0:
+			if s2.RecoveryInfo().Rebuilt || s2.RecoveryInfo().From != 0 {
+				t.Errorf("whole aof: rebuilt %v, replayed from %d; want a plain replay from 0",
+					s2.RecoveryInfo().Rebuilt, s2.RecoveryInfo().From)
+			}
+			syncBodyLSNs(s2, h.cur)
+			checkStore(t, s2, h.cur, g.queues)
+			s2.Close()
+		case err == nil:
+			t.Errorf("removed %d segments: RebuildNever opened a store without its index (rebuilt %v, replayed %d records from %d)",
+				removed, s2.RecoveryInfo().Rebuilt, s2.RecoveryInfo().Records, s2.RecoveryInfo().From)
+			s2.Close()
+		default:
+			t.Logf("removed %d segments: refused: %v", removed, err)
+		}
+	}
+}
+
+var eqFlushWeight = 0
+
+func withFlushes(t *testing.T, w int, f func(*testing.T)) {
+	old := opWeights[mopFlush]
+	opWeights[mopFlush] = w
+	defer func() { opWeights[mopFlush] = old }()
+	f(t)
+}
+
+// The equivalence tests again, with DEBUG FLUSHALL among the operations.
+func TestRebuildEquivalenceWithFlushes(t *testing.T)  { withFlushes(t, 1, TestRebuildEquivalence) }
+func TestRecoveryEquivalenceWithFlushes(t *testing.T) { withFlushes(t, 1, TestRecoveryEquivalence) }
+
+// Checkpoints (and segment rewrites) run concurrently with the operations;
+// at the end a rebuild from a copy must equal the live store.
+func TestRebuildAfterConcurrentCheckpoints(t *testing.T) {
+	withFlushes(t, 1, func(t *testing.T) {
+		seed := modelSeed(t)
+		fs := vfs.NewCrashableMem()
+		o := rvOpts(fs)
+		o.CheckpointBytes = 48 << 10
+		o.CheckpointInterval = 2 * time.Millisecond
+		s, err := Open(eqDir, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		g := newOpGen(seed, s.NodeID())
+		m := newJobModel()
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if i%3 == 0 {
+					for _, st := range s.Stats().Segments {
+						if !st.Active && st.LiveBodies > 0 && st.LiveRatio() < 0.5 {
+							if _, err := s.RewriteSegment(t.Context(), st.First); err != nil {
+								t.Error(err)
+								return
+							}
+							break
+						}
+					}
+				}
+				if err := s.Checkpoint(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		for i := range 6000 {
+			op := g.op(m)
+			if op.kind == mopFlush && i%4 != 0 {
+				continue
+			}
+			nj, err := op.run(s)
+			if err == nil {
+				m.apply(op, nj)
+			}
+		}
+		close(stop)
+		<-done
+		if err := s.Checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+		// The model from the live store.
+		for id, w := range m.jobs {
+			j, err := s.Job(id)
+			if err != nil {
+				t.Fatalf("live store: %s: %v", id, err)
+			}
+			w.job = *j
+		}
+		m.paused = map[string]PauseState{}
+		s.mu.Lock()
+		for q, p := range s.paused {
+			m.paused[q] = p
+		}
+		s.mu.Unlock()
+		checkStore(t, s, m, g.queues)
+		st := s.Stats().Collect
+		t.Logf("removed %d segments, %d snaps, %d moved; %d jobs", st.SegmentsRemoved, st.Snaps, st.BodiesMoved, len(m.jobs))
+		quiesce(t, s)
+		rs := rebuildCheck(t, fs, m, g.queues)
+		if n := rs.Stats().Collect.MisplacedBodies; n > 0 {
+			t.Errorf("the rebuild counted (and logged at ERROR) %d misplaced bodies, live store %d", n, st.MisplacedBodies)
+		}
+		rs.Close()
+	})
+}
+
+// A SNAP carries the body's LSN of its time. Once the collector moved the
+// body and its old segment went, a rebuild replaying the SNAP must take the
+// later move, not count a misplaced body (an ERROR line, "damage") for a
+// healthy AOF.
+func TestRebuildSnapOfMovedBody(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	s, err := Open(eqDir, rvOpts(fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := newModelHistory(newJobModel(), 0)
+	noteOpen(h, s)
+	g := newOpGen(6, s.NodeID())
+	j := g.queuedJob(100)
+	modelDo(t, s, h, j)
+	rvChurn(t, s, h, g, 10, 4000)
+	modelDo(t, s, h, &mop{kind: mopDeliver, id: j.id, qtime: g.time()})
+	rvChurn(t, s, h, g, 10, 4000)
+	if err := s.Checkpoint(); err != nil { // SNAP of j
+		t.Fatal(err)
+	}
+	modelDo(t, s, h, g.queuedJob(100)) // keeps the SNAP's segment
+	rvChurn(t, s, h, g, 10, 4000)
+	first := s.Stats().Segments[0].First
+	before := storeApplied(s)
+	if _, err := s.RewriteSegment(t.Context(), first); err != nil {
+		t.Fatal(err)
+	}
+	h.steps = append(h.steps, modelStep{start: before, end: storeApplied(s), records: true})
+	rvChurn(t, s, h, g, 10, 4000)
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	rs := rebuildCheck(t, fs, h.cur, g.queues)
+	defer rs.Close()
+	t.Logf("snaps %d, removed %d", s.Stats().Collect.Snaps, s.Stats().Collect.SegmentsRemoved)
+	if n := rs.Stats().Collect.MisplacedBodies; n > 0 {
+		t.Errorf("the rebuild of a healthy AOF counted %d misplaced bodies (logged at ERROR)", n)
+	}
+}
+
+// An index rebuilt after the newest job's history was collected keeps the
+// highest ctime (m/ state, Store.MaxCtime): the META carries it.
+func TestRebuildKeepsMaxCtime(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	s, err := Open(eqDir, rvOpts(fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := newModelHistory(newJobModel(), 0)
+	noteOpen(h, s)
+	g := newOpGen(8, s.NodeID())
+	modelDo(t, s, h, g.queuedJob(100))
+	rvChurn(t, s, h, g, 20, 4000) // newer ctimes, all deleted
+	modelDo(t, s, h, g.queuedJob(100))
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	want := s.MaxCtime()
+	rs := rebuildCheck(t, fs, h.cur, g.queues)
+	defer rs.Close()
+	if got := rs.MaxCtime(); got != want {
+		t.Errorf("rebuilt MaxCtime %d, the index had %d", got, want)
+	}
+}
