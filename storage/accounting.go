@@ -2,10 +2,12 @@ package storage
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/diskque/diskque/wal"
 )
 
@@ -21,10 +23,17 @@ import (
 //     create it in an older segment the AOF keeps — a replay would bring the
 //     job back without it (holds, per segment of such a record).
 //
-// The collector rewrites a sparse segment by copying all three forward
-// (MOVE for bodies, SNAP for anchors, TOMB for deletions), after which it is
-// dead. A segment's counts are persisted in its g/ key with every buffer
-// flush, so they are the index's, as exact as the rest of it.
+// Each hold is an h/ key, <creator segment><deletion LSN>, so that a
+// deletion is taken over once: the collector copies a held deletion
+// forward as a TOMB, which moves its keys to the TOMB's LSN, and a TOMB of
+// a deletion whose keys are gone (copied already, by a rewrite cut short
+// and run again, or twice in one) is refused before it is logged. Removing
+// a segment drops the holds on it with one range deletion. The collector
+// rewrites a sparse segment by copying all three forward (MOVE for bodies,
+// SNAP for anchors, TOMB for deletions), after which it is dead. A
+// segment's counts are persisted in its g/ key with every buffer flush, so
+// they are the index's, as exact as the rest of it, and the replay derives
+// keys and counts as the live store did.
 
 // segmentLive is what one AOF segment still holds that is needed.
 type segmentLive struct {
@@ -101,6 +110,9 @@ func decodeSegmentLive(v []byte) (segmentLive, error) {
 func (s *Store) changeSegment(seg wal.LSN, fn func(*segmentLive)) {
 	l := s.segments[seg]
 	fn(&l)
+	if len(l.holds) == 0 {
+		l.holds = nil
+	}
 	if l.empty() {
 		delete(s.segments, seg)
 	} else {
@@ -142,54 +154,139 @@ func (s *Store) moveAnchor(old, nj *Job) {
 	}
 }
 
-// hold records that the deletion at lsn, of a job with these creators, is
-// needed while the segments of the creators are in the AOF (sign +1), or no
-// longer needed there (sign -1: a TOMB took it over).
-func (s *Store) hold(lsn wal.LSN, creators []wal.LSN, sign int64) {
+// creatorSegments returns the distinct segments, other than skip, of the
+// creators the AOF still holds, in order.
+func (s *Store) creatorSegments(creators []wal.LSN, skip wal.LSN) []wal.LSN {
+	var out []wal.LSN
+	for _, c := range creators {
+		if cs, ok := s.log.SegmentOf(c); ok && cs != skip && !slices.Contains(out, cs) {
+			out = append(out, cs)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// addHolds records that the deletion at lsn, of a job with these creators,
+// is needed while the creators' segments (other than its own, which goes
+// with it) are in the AOF: an h/ key per creator segment, counted in the
+// deletion's segment. Called with mu held, live and in replay alike.
+func (s *Store) addHolds(b *writeBuffer, lsn wal.LSN, creators []wal.LSN) error {
 	at, ok := s.log.SegmentOf(lsn)
 	if !ok {
-		return
+		return nil
 	}
-	for _, c := range creators {
-		cs, ok := s.log.SegmentOf(c)
-		if !ok || cs == at {
-			continue // gone, or in the same segment: they go together
+	for _, cs := range s.creatorSegments(creators, at) {
+		// A deletion's LSN is new: the index cannot hold its key.
+		if err := b.Set(holdKey(cs, lsn), nil, true); err != nil {
+			return err
 		}
 		s.changeSegment(at, func(l *segmentLive) {
 			if l.holds == nil {
 				l.holds = map[wal.LSN]int64{}
 			}
-			if l.holds[cs] += sign; l.holds[cs] <= 0 {
+			l.holds[cs]++
+		})
+	}
+	return nil
+}
+
+// heldAt reports which creator segments the deletion at src is still
+// needed for (the keys addHolds made that no TOMB took over yet). A
+// deletion the collector already copied forward has none: copying it
+// again would take over the hold of nothing. Called with mu held.
+func (s *Store) heldAt(b *writeBuffer, src wal.LSN, creators []wal.LSN) ([]wal.LSN, error) {
+	at, ok := s.log.SegmentOf(src)
+	if !ok {
+		return nil, nil
+	}
+	var out []wal.LSN
+	for _, cs := range s.creatorSegments(creators, at) {
+		has, err := s.hasKey(b, holdKey(cs, src))
+		if err != nil {
+			return nil, err
+		}
+		if has {
+			out = append(out, cs)
+		}
+	}
+	return out, nil
+}
+
+// takeHolds removes the holds of the deletion at src: a TOMB copied it
+// forward and holds in its place. Called with mu held.
+func (s *Store) takeHolds(b *writeBuffer, src wal.LSN, creators []wal.LSN) error {
+	held, err := s.heldAt(b, src, creators)
+	if err != nil || len(held) == 0 {
+		return err
+	}
+	at, _ := s.log.SegmentOf(src)
+	for _, cs := range held {
+		if err := b.Delete(holdKey(cs, src)); err != nil {
+			return err
+		}
+		s.changeSegment(at, func(l *segmentLive) {
+			if l.holds[cs]--; l.holds[cs] <= 0 {
 				delete(l.holds, cs)
 			}
 		})
 	}
+	return nil
 }
 
-// releaseHolds forgets the holds on the removed segments: their creators
-// are gone, so the deletions that waited for them are no longer needed.
+// hasKey reports whether the index as it stands (the write buffer over
+// Pebble) holds key. Called with mu held.
+func (s *Store) hasKey(b *writeBuffer, key []byte) (bool, error) {
+	if e, ok := b.lookup(key); ok {
+		return !e.del, nil
+	}
+	_, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.indexErr(err)
+	}
+	closer.Close()
+	return true, nil
+}
+
+// releaseHolds forgets the removed segments and the holds on them: their
+// creators are gone, so the deletions that waited for them are no longer
+// needed (one range deletion of their h/ keys per segment held on).
 // Called with mu held.
-func (s *Store) releaseHolds(removed []wal.LSN) {
+func (s *Store) releaseHolds(removed []wal.LSN) error {
 	gone := make(map[wal.LSN]bool, len(removed))
 	for _, r := range removed {
 		gone[r] = true
-		if _, ok := s.segments[r]; ok {
-			delete(s.segments, r)
-			s.dirtySegments[r] = struct{}{}
-		}
 	}
+	// The keys of the holds on a removed segment go, whether the deletion
+	// holding stays or goes with it.
+	heldOn := map[wal.LSN]bool{}
 	for seg, l := range s.segments {
 		changed := false
 		for c := range l.holds {
 			if gone[c] {
 				delete(l.holds, c)
-				changed = true
+				heldOn[c], changed = true, true
 			}
 		}
 		if changed {
 			s.changeSegment(seg, func(*segmentLive) {})
 		}
 	}
+	for _, r := range removed {
+		if _, ok := s.segments[r]; ok {
+			delete(s.segments, r)
+			s.dirtySegments[r] = struct{}{}
+		}
+	}
+	var errs []error
+	for _, c := range slices.Sorted(maps.Keys(heldOn)) {
+		p := holdPrefix(c)
+		errs = append(errs, s.buf.DeleteRange(p, prefixEnd(p)))
+	}
+	return errors.Join(errs...)
 }
 
 // cloneSegments is a deep copy of the accounting, for a checkpoint to

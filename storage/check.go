@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -203,6 +204,7 @@ func (c *checker) damagedSpan(lsn wal.LSN) int {
 func (c *checker) index() error {
 	queued := map[string]int64{}
 	live := map[wal.LSN][2]int64{} // segment → bodies, bytes
+	heldOn := map[wal.LSN]int64{}  // creator segment → deletions held on it
 	var jobs, nEvents int64
 	var bodies []*Job
 	flush := func() {
@@ -323,8 +325,15 @@ func (c *checker) index() error {
 			return nil
 		}
 		seg := wal.LSN(binary.BigEndian.Uint64(k[1:]))
-		d := decoder{b: v}
-		got := [2]int64{int64(d.uvarint()), int64(d.uvarint())}
+		l, err := decodeSegmentLive(v)
+		if err != nil {
+			c.rep.problem("segment %016x: %v", uint64(seg), err)
+			return nil
+		}
+		for cs, n := range l.holds {
+			heldOn[cs] += n
+		}
+		got := [2]int64{l.bodies, l.bytes}
 		if want := live[seg]; got != want {
 			c.rep.problem("segment %016x: the index counts %d live bodies (%d bytes), the jobs say %d (%d bytes)",
 				uint64(seg), got[0], got[1], want[0], want[1])
@@ -334,6 +343,30 @@ func (c *checker) index() error {
 	})
 	for seg, l := range live {
 		c.rep.problem("segment %016x: the jobs say it holds %d live bodies, the index counts none", uint64(seg), l[0])
+	}
+	if err != nil {
+		return err
+	}
+	// The deletions still needed: an h/ key each, counted per creator
+	// segment in the g/ values (accounting.go).
+	keys := map[wal.LSN]int64{}
+	err = c.scan(prefixHold, func(k, _ []byte) error {
+		if len(k) != 17 {
+			c.rep.problem("malformed deletion key %x", k)
+			return nil
+		}
+		keys[wal.LSN(binary.BigEndian.Uint64(k[1:9]))]++
+		return nil
+	})
+	for cs := range maps.Keys(heldOn) {
+		if _, ok := keys[cs]; !ok {
+			keys[cs] = 0
+		}
+	}
+	for _, cs := range slices.Sorted(maps.Keys(keys)) {
+		if keys[cs] != heldOn[cs] {
+			c.rep.problem("segment %016x: %d deletions wait for it, the index counts %d", uint64(cs), keys[cs], heldOn[cs])
+		}
 	}
 	return err
 }

@@ -177,3 +177,69 @@ func TestCheckAcceptsAKilledStore(t *testing.T) {
 		t.Fatalf("check of a killed store: %+v (want OK, with a tail after the applied lsn)", rep)
 	}
 }
+
+// TestCheckFindsAMissingDeletionKey: the deletions a rebuild still needs are
+// h/ keys counted in the g/ values; a key gone (or one too many) is a
+// problem, since a checkpoint would then remove a segment still needed.
+func TestCheckFindsAMissingDeletionKey(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, diskOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFill(t, s)
+	// A job added now and deleted after the log rolled: its deletion
+	// waits for the segment of its ADD.
+	j := newTestJob(s.NodeID(), "a", 9000, 0)
+	if err := s.Add(j, kib(7)); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := s.Job(j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for segs := s.Stats().Segments; segs[len(segs)-1].First <= cur.BodyLSN; segs = s.Stats().Segments {
+		churn(t, s, 20)
+	}
+	if err := s.Delete(j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := pebble.Open(filepath.Join(dir, indexDir), &pebble.Options{FS: vfs.Default, DisableWAL: true,
+		Logger: quietPebbleLogger{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixHold}, UpperBound: []byte{prefixHold + 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key []byte
+	if it.First() {
+		key = append(key, it.Key()...)
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if key == nil {
+		t.Fatal("no deletion is held: the case is not exercised")
+	}
+	if err := db.Delete(key, pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Check(dir, diskOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.ProblemCount != 1 || !strings.Contains(rep.Problems[0], "deletions wait for it") {
+		t.Fatalf("problems %v: want the one deletion key", rep.Problems)
+	}
+}

@@ -149,9 +149,11 @@ func (s *Store) apply(ops []*op, res []Result) Pending {
 		}
 		switch {
 		case err != nil:
-		case (o.typ == recAdd || o.typ == recTomb) && old != nil:
+		case o.typ == recAdd && old != nil:
 			err = fmt.Errorf("%w: %s", ErrExists, o.id)
-		case o.typ != recAdd && o.typ != recTomb && o.id != "" && old == nil:
+		case o.typ == recTomb:
+			err = s.checkTomb(w, o)
+		case o.typ != recAdd && o.id != "" && old == nil:
 			err = fmt.Errorf("%w: %s", ErrNotFound, o.id)
 		}
 		if err != nil {
@@ -173,7 +175,10 @@ func (s *Store) apply(ops []*op, res []Result) Pending {
 			break
 		}
 		s.applied = end
-		if overlay != nil && o.id != "" {
+		// A TOMB that leaves the job alone (resolve: nil, nil) changes
+		// nothing the batch's later operations read: the id may have a
+		// job added again.
+		if overlay != nil && o.id != "" && (o.typ != recTomb || old != nil) {
 			overlay[o.id] = nj
 		}
 		res[i].Job, res[i].Old, res[i].lsn = nj, old, lsn
@@ -432,6 +437,27 @@ func (s *Store) prepareRecord(o *op, old, nj *Job) {
 	}
 }
 
+// checkTomb refuses a live TOMB of a deletion that no longer holds
+// anything (accounting.go): it was copied forward already, and copying it
+// again would take over nothing. Called with mu held.
+func (s *Store) checkTomb(b *writeBuffer, o *op) error {
+	held, err := s.heldAt(b, o.src, o.creators)
+	if err == nil && len(held) == 0 {
+		err = fmt.Errorf("%w: the deletion of %s at lsn %d is not held (copied forward already)", ErrNotFound, o.id, o.src)
+	}
+	return err
+}
+
+// createdBy reports whether j's latest creator (the record a replay took
+// its state from last) is among lsns, the creators of a deleted job: j is
+// that incarnation of its id. Not any creator: in a rebuild a later
+// incarnation whose ADD was collected continues from its own MOVE or SNAP,
+// which inherits the earlier one's creators, but its latest is its own.
+func createdBy(j *Job, lsns []wal.LSN) bool {
+	c := j.creators()
+	return slices.Contains(lsns, c[len(c)-1])
+}
+
 // present returns the LSNs of lsns whose segments the AOF still holds (a
 // new slice).
 func (s *Store) present(lsns []wal.LSN) []wal.LSN {
@@ -465,7 +491,14 @@ func (s *Store) resolve(overlay map[string]*Job, o *op) (old, nj *Job, err error
 		o.job.StoredSize = uint32(len(o.body))
 		return old, o.job, nil
 	case o.typ == recTomb:
-		return old, nil, nil // live: refused if the job exists (apply)
+		// The copy of a deletion. Live, the job was deleted when the DEL
+		// was logged: one of the id that exists was added again since,
+		// and stays. A replay may have the deleted job (its DEL was
+		// collected): it goes, but not an incarnation added again.
+		if !o.replay || old == nil || !createdBy(old, o.creators) {
+			return nil, nil, nil
+		}
+		return old, nil, nil
 	case o.replay && (o.typ == recMoveFull || o.typ == recSnap):
 		// The record holds the job's whole state: it is the job, whatever
 		// the index held (in a rebuild, the history before it may be gone).
@@ -563,11 +596,17 @@ func (s *Store) write(b *writeBuffer, o *op, old, nj *Job, lsn wal.LSN) error {
 	switch o.typ {
 	case recDel:
 		// Needed while the job's creators are in the AOF (accounting.go).
-		defer s.hold(lsn, o.creators, +1)
+		if err := s.addHolds(b, lsn, o.creators); err != nil {
+			return err
+		}
 	case recTomb:
 		// A deletion the collector copied forward: the copy holds now.
-		defer s.hold(o.src, o.creators, -1)
-		defer s.hold(lsn, o.creators, +1)
+		if err := s.takeHolds(b, o.src, o.creators); err != nil {
+			return err
+		}
+		if err := s.addHolds(b, lsn, o.creators); err != nil {
+			return err
+		}
 	}
 	if old == nil && nj == nil {
 		// A transition of a job deleted earlier in the log: nothing to do.
@@ -577,7 +616,11 @@ func (s *Store) write(b *writeBuffer, o *op, old, nj *Job, lsn wal.LSN) error {
 	case o.typ == recAdd:
 		// The buffer holds a new job until Pebble has it (and the batch's
 		// overlay within the batch): caching it too is work for nothing
-		// when the job is not consumed soon.
+		// when the job is not consumed soon. An ADD that replaces a job (a
+		// rebuild's earlier incarnation of the id) must not leave it there.
+		if old != nil {
+			s.cache.drop(old.ID)
+		}
 	case nj != nil:
 		s.cache.put(nj)
 	default:
@@ -609,7 +652,7 @@ func dedupLSNs(lsns []wal.LSN) []wal.LSN {
 // zero; every AOF segment before this record holds only dead bodies now.
 func (s *Store) flushAll(b *writeBuffer) error {
 	var errs []error
-	for _, p := range []byte{prefixJob, prefixQueue, prefixSchedule, prefixCount, prefixSegment, prefixPause} {
+	for _, p := range []byte{prefixJob, prefixQueue, prefixSchedule, prefixCount, prefixSegment, prefixHold, prefixPause} {
 		errs = append(errs, b.DeleteRange([]byte{p}, []byte{p + 1}))
 	}
 	clear(s.queued)

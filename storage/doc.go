@@ -50,13 +50,14 @@
 // there, and a META (the node id, the highest ctime, the pause states); the
 // collector's MOVE carries the job's whole state. What must stay keeps its
 // segment (accounting.go): a body, a job's latest SNAP, a deletion whose
-// job still has a creating record in an older segment — until the
-// collector copies it forward (MOVE, SNAP, TOMB). So the index can always be rebuilt from the
-// AOF exactly (rebuild.go): Open does it when the index is missing, was a
-// rebuild cut short, or is corrupt, and when asked (Options.Rebuild); a
-// corrupt index is set aside as index.broken-<time>. Jobs remember their
-// creating records (format 3); a job of an older index knows only its body's
-// record, so a rebuild is exact for what was written since.
+// job still has a creating record in an older segment (an h/ key) — until
+// the collector copies it forward (MOVE, SNAP, TOMB; a deletion is taken
+// over once). So the index can always be rebuilt from the AOF exactly
+// (rebuild.go): Open does it when the index is missing, was a rebuild cut
+// short, or is corrupt, and when asked (Options.Rebuild); a corrupt index
+// is set aside as index.broken-<time>. Jobs remember their creating records
+// (format 3) and the index its deletions still needed (format 4); of an
+// older index, a rebuild is exact for what was written since.
 //
 // Open reads only the AOF tail the index has not applied. The sealed
 // segments are read once after Open, in the background and at a bounded
@@ -68,7 +69,8 @@
 //
 // See keys.go: j/ jobs, q/ queue order (ctime, id; the value is the job,
 // as j/ holds it, so deliveries read a queue's jobs in order), s/ schedule (due, kind,
-// id), p/ pause states, c/ queued counts, g/ live bodies per AOF segment, m/
+// id), p/ pause states, c/ queued counts, g/ what each AOF segment still
+// holds that is needed, h/ the deletions still needed per creator segment, m/
 // metadata (applied LSN, node id, format version, job count, and the highest
 // ctime of any job added: Store.MaxCtime, so that ctimes never go back across a
 // restart).

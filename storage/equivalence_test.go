@@ -478,10 +478,21 @@ func (g *opGen) op(m *jobModel) *mop {
 	case mopAdd:
 		o.job = g.newJob()
 		o.id, o.body = o.job.ID, g.body()
-		if !g.strict && len(m.jobs) > 0 && g.rng.IntN(30) == 0 {
+		switch {
+		case !g.strict && len(m.jobs) > 0 && g.rng.IntN(30) == 0:
 			ids := m.sortedIDs() // an id in use: ErrExists
 			o.job.ID = ids[g.rng.IntN(len(ids))]
 			o.id = o.job.ID
+		case g.rng.IntN(25) == 0:
+			// The id of a job deleted earlier, added again: a second
+			// incarnation, which a TOMB of the first must not delete.
+			for range 8 {
+				id := g.ids[g.rng.IntN(len(g.ids))]
+				if _, live := m.jobs[id]; !live {
+					o.job.ID, o.id = id, id
+					break
+				}
+			}
 		}
 		return o
 	case mopPause:
@@ -733,6 +744,7 @@ func TestRebuildEquivalence(t *testing.T) {
 		// steps know where they were added); checkStore reads them all.
 		syncBodyLSNs(s, m)
 		checkStore(t, s, m, r.g.queues)
+		checkSameAccounting(t, r.s, s)
 		segs := len(s.Stats().Segments)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)

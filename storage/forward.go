@@ -35,10 +35,11 @@ import (
 // segment dead, so they go with it.
 //
 // A store written before format 3 did not log its deletions' creators or
-// anchor its jobs, and its collector's MOVE carried no job state: its
+// anchor its jobs, and its collector's MOVE carried no job state; one
+// written before format 4 did not keep its deletions (h/ keys). Its
 // rebuild is exact for what was written since, but a job it deleted before
 // may come back while that job's ADD is still in the AOF, and a job whose
-// body it moved is lost once that job's ADD is gone.
+// body it moved before format 3 is lost once that job's ADD is gone.
 
 // forward writes forward what a replay from the first segment would miss
 // once the segments dead are removed (see above), and waits until it is
@@ -49,7 +50,8 @@ func (s *Store) forward(dead []wal.LSN) error {
 		going[d] = true
 	}
 	// last is, per job, the LSN of its last record in the segments going;
-	// deleted: a deletion of it is there, after its other records there.
+	// deleted: that record is its DEL (a job of the id that lives now was
+	// added again after it, so it has no record there).
 	type seen struct {
 		last    wal.LSN
 		deleted bool
@@ -64,12 +66,17 @@ func (s *Store) forward(dead []wal.LSN) error {
 			if id == "" {
 				return nil // node, pause, flush and meta records: the META below
 			}
+			if r.Type == recTomb {
+				// The copy of an earlier deletion: of an incarnation gone,
+				// while a later one (added again) may have records here.
+				return nil
+			}
 			j := jobs[id]
 			if j == nil {
 				j = &seen{}
 				jobs[id] = j
 			}
-			j.last, j.deleted = lsn, r.Type == recDel || r.Type == recTomb
+			j.last, j.deleted = lsn, r.Type == recDel
 			return nil
 		})
 		if errors.Is(err, wal.ErrNotFound) {

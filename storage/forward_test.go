@@ -1,10 +1,17 @@
 package storage
 
 import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"log/slog"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/diskque/diskque/wal"
 )
@@ -18,8 +25,9 @@ func rvOpts(fs vfs.FS) Options {
 	return o
 }
 
-// rebuildCheck copies fs, drops index/, rebuilds, and compares with m.
-func rebuildCheck(t *testing.T, fs *vfs.MemFS, m *jobModel, queues []string) *Store {
+// rebuildCheck copies fs, drops index/, rebuilds, and compares with m and
+// with live's segment accounting.
+func rebuildCheck(t *testing.T, live *Store, fs *vfs.MemFS, m *jobModel, queues []string) *Store {
 	t.Helper()
 	clone := fs.CrashClone(keepEverything())
 	if err := clone.RemoveAll(eqDir + "/" + indexDir); err != nil {
@@ -34,7 +42,47 @@ func rebuildCheck(t *testing.T, fs *vfs.MemFS, m *jobModel, queues []string) *St
 	}
 	syncBodyLSNs(s, m)
 	checkStore(t, s, m, queues)
+	checkSameAccounting(t, live, s)
 	return s
+}
+
+// checkSameAccounting compares what keeps each segment (accounting.go) in
+// a live store and in one rebuilt from its AOF, counts and h/ keys: the
+// replay must derive them as the live store did, or a rebuilt store keeps
+// segments for ever, or removes one still needed.
+func checkSameAccounting(t testing.TB, live, rebuilt *Store) {
+	t.Helper()
+	type acct struct {
+		segs  map[wal.LSN]segmentLive
+		holds []string
+	}
+	read := func(s *Store) acct {
+		s.mu.Lock()
+		a := acct{segs: s.cloneSegments()}
+		s.mu.Unlock()
+		err := s.scanPrefix([]byte{prefixHold}, func(k, _ []byte) error {
+			a.holds = append(a.holds, fmt.Sprintf("%x", k))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a, b := read(live), read(rebuilt)
+	for seg := range a.segs {
+		if _, ok := b.segs[seg]; !ok {
+			b.segs[seg] = segmentLive{}
+		}
+	}
+	for seg, l := range b.segs {
+		if !reflect.DeepEqual(a.segs[seg], l) {
+			t.Errorf("segment %d: live %+v, rebuilt %+v", seg, a.segs[seg], l)
+		}
+	}
+	if !slices.Equal(a.holds, b.holds) {
+		t.Errorf("h/ keys: live %d %v, rebuilt %d %v", len(a.holds), a.holds, len(b.holds), b.holds)
+	}
 }
 
 // A live job whose state differs from its ADD gets one SNAP when the
@@ -72,7 +120,7 @@ func TestForwardSnapsOnce(t *testing.T) {
 		}
 		prev = st.Collect.Snaps
 	}
-	rebuildCheck(t, fs, h.cur, g.queues).Close()
+	rebuildCheck(t, s, fs, h.cur, g.queues).Close()
 }
 
 // With CheckpointBytes below what forward writes, what forward wrote is no
@@ -169,7 +217,7 @@ func TestRebuildReAddedID(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("removed %d segments", s.Stats().Collect.SegmentsRemoved)
-	rebuildCheck(t, fs, h.cur, g.queues).Close()
+	rebuildCheck(t, s, fs, h.cur, g.queues).Close()
 }
 
 // RebuildNever over a missing index: a replay from LSN 0 is the index
@@ -316,7 +364,7 @@ func TestRebuildAfterConcurrentCheckpoints(t *testing.T) {
 		st := s.Stats().Collect
 		t.Logf("removed %d segments, %d snaps, %d moved; %d jobs", st.SegmentsRemoved, st.Snaps, st.BodiesMoved, len(m.jobs))
 		quiesce(t, s)
-		rs := rebuildCheck(t, fs, m, g.queues)
+		rs := rebuildCheck(t, s, fs, m, g.queues)
 		if n := rs.Stats().Collect.MisplacedBodies; n > 0 {
 			t.Errorf("the rebuild counted (and logged at ERROR) %d misplaced bodies, live store %d", n, st.MisplacedBodies)
 		}
@@ -358,7 +406,7 @@ func TestRebuildSnapOfMovedBody(t *testing.T) {
 	if err := s.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rs := rebuildCheck(t, fs, h.cur, g.queues)
+	rs := rebuildCheck(t, s, fs, h.cur, g.queues)
 	defer rs.Close()
 	t.Logf("snaps %d, removed %d", s.Stats().Collect.Snaps, s.Stats().Collect.SegmentsRemoved)
 	if n := rs.Stats().Collect.MisplacedBodies; n > 0 {
@@ -385,9 +433,227 @@ func TestRebuildKeepsMaxCtime(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := s.MaxCtime()
-	rs := rebuildCheck(t, fs, h.cur, g.queues)
+	rs := rebuildCheck(t, s, fs, h.cur, g.queues)
 	defer rs.Close()
 	if got := rs.MaxCtime(); got != want {
 		t.Errorf("rebuilt MaxCtime %d, the index had %d", got, want)
+	}
+}
+
+func heldSegments(s *Store) map[wal.LSN]SegmentStat {
+	out := map[wal.LSN]SegmentStat{}
+	for _, st := range s.Stats().Segments {
+		if !st.Active && st.Held > 0 {
+			out[st.First] = st
+		}
+	}
+	return out
+}
+
+func rvRewrite(t *testing.T, s *Store, h *modelHistory, first wal.LSN) RewriteResult {
+	t.Helper()
+	before := storeApplied(s)
+	res, err := s.RewriteSegment(t.Context(), first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := storeApplied(s); after > before {
+		h.steps = append(h.steps, modelStep{start: before, end: after, records: true})
+	}
+	return res
+}
+
+func rvCheckpoint(t *testing.T, s *Store, h *modelHistory) {
+	t.Helper()
+	before := storeApplied(s)
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if after := storeApplied(s); after > before {
+		h.steps = append(h.steps, modelStep{start: before, end: after, records: true})
+	}
+}
+
+// A held segment rewritten twice copies each deletion forward once: the
+// second TOMB of a deletion is refused (its holds went with the first), so
+// it cannot take over the hold of another deletion still there, and a
+// deletion of an id added again since is copied too (it releases the
+// segment) without touching the second incarnation.
+func TestRewriteCopiesEachDeletionOnce(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	s, err := Open(eqDir, rvOpts(fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := newModelHistory(newJobModel(), 0)
+	noteOpen(h, s)
+	g := newOpGen(11, s.NodeID())
+	modelDo(t, s, h, g.queuedJob(100)) // keeps the ADDs' segment
+	x := g.queuedJob(100)
+	modelDo(t, s, h, x)
+	y := g.queuedJob(100)
+	modelDo(t, s, h, y)
+	rvChurn(t, s, h, g, 10, 4000)
+	modelDo(t, s, h, &mop{kind: mopDelete, id: x.id})
+	modelDo(t, s, h, &mop{kind: mopDelete, id: y.id}) // both held on the ADDs' segment
+	rvChurn(t, s, h, g, 10, 4000)
+	again := g.queuedJob(200)
+	again.id, again.job.ID = x.id, x.id
+	modelDo(t, s, h, again)
+	rvChurn(t, s, h, g, 10, 4000)
+	rvCheckpoint(t, s, h)
+	held := heldSegments(s)
+	if len(held) != 1 {
+		t.Fatalf("want one held segment, got %v", held)
+	}
+	var d wal.LSN
+	for f := range held {
+		d = f
+	}
+	if r := rvRewrite(t, s, h, d); r.Forwarded != 2 {
+		t.Errorf("first rewrite copied %d deletions forward, want 2", r.Forwarded)
+	}
+	if r := rvRewrite(t, s, h, d); r.Forwarded != 0 {
+		t.Errorf("second rewrite copied %d deletions forward again, want 0", r.Forwarded)
+	}
+	rvChurn(t, s, h, g, 10, 4000)
+	rvCheckpoint(t, s, h)
+	for _, st := range s.Stats().Segments {
+		if st.First == d {
+			t.Errorf("the rewritten segment was not removed: %+v", st)
+		}
+	}
+	modelDo(t, s, h, &mop{kind: mopDelete, id: x.id})
+	for range 4 {
+		rvChurn(t, s, h, g, 10, 4000)
+		rvCheckpoint(t, s, h)
+	}
+	rebuildCheck(t, s, fs, h.cur, g.queues).Close()
+}
+
+// A rewrite cut short between batches and run again copies the first
+// batch's deletions once: a checkpoint meanwhile must not find the segment
+// dead while deletions in it are not copied.
+func TestRewriteCutShortCopiesDeletionsOnce(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	s, err := Open(eqDir, rvOpts(fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := newModelHistory(newJobModel(), 0)
+	noteOpen(h, s)
+	g := newOpGen(12, s.NodeID())
+	modelDo(t, s, h, g.queuedJob(8)) // keeps the ADDs' segment
+	var ids []string
+	for range 200 {
+		o := g.queuedJob(8)
+		modelDo(t, s, h, o)
+		ids = append(ids, o.id)
+	}
+	rvChurn(t, s, h, g, 10, 4000)
+	for _, id := range ids {
+		modelDo(t, s, h, &mop{kind: mopDelete, id: id})
+	}
+	rvChurn(t, s, h, g, 10, 4000)
+	rvCheckpoint(t, s, h)
+	var d wal.LSN
+	for f, st := range heldSegments(s) {
+		if st.Held == 200 {
+			d = f
+		}
+	}
+	if d == 0 {
+		t.Fatalf("the 200 deletions are not held in one segment: %v", heldSegments(s))
+	}
+	defer func() { testHookRewriteBatch = nil }()
+	rewrite := func(ctx context.Context) RewriteResult {
+		before := storeApplied(s)
+		res, err := s.RewriteSegment(ctx, d)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+		h.steps = append(h.steps, modelStep{start: before, end: storeApplied(s), records: true})
+		return res
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	testHookRewriteBatch = cancel // cut short after its first batch
+	first := rewrite(ctx)
+	ctx, cancel = context.WithCancel(t.Context())
+	testHookRewriteBatch = func() {
+		testHookRewriteBatch = nil
+		rvCheckpoint(t, s, h) // the checkpoint loop, meanwhile
+		cancel()
+	}
+	second := rewrite(ctx)
+	t.Logf("first run copied %d, second %d (skipped %d)", first.Forwarded, second.Forwarded, second.Skipped)
+	if first.Forwarded == 0 || first.Forwarded >= 200 {
+		t.Fatalf("the first run copied %d deletions: not cut short between batches", first.Forwarded)
+	}
+	held := heldSegments(s)[d].Held
+	if removed := !slices.ContainsFunc(s.Stats().Segments, func(st SegmentStat) bool { return st.First == d }); removed || held == 0 {
+		t.Errorf("after a run cut short and one more batch, the segment is removed (%v) or holds nothing (%d), with deletions not yet copied",
+			removed, held)
+	}
+	third := rewrite(t.Context())
+	if got := first.Forwarded + second.Forwarded + third.Forwarded; got != 200 {
+		t.Errorf("the three runs copied %d deletions forward, want each of the 200 once", got)
+	}
+	rvChurn(t, s, h, g, 10, 4000)
+	rvCheckpoint(t, s, h)
+	rebuildCheck(t, s, fs, h.cur, g.queues).Close()
+}
+
+// An index of format 3 counted holds in its g/ values without h/ keys (or
+// none): Open drops them, so that its segments are not kept for deletions
+// no key can release, and marks it format 4.
+func TestFormat3IndexDropsHolds(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	s, err := Open(eqDir, rvOpts(fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newModelHistory(newJobModel(), 0)
+	noteOpen(h, s)
+	g := newOpGen(21, s.NodeID())
+	modelDo(t, s, h, g.queuedJob(100)) // keeps the ADDs' segment
+	x := g.queuedJob(100)
+	modelDo(t, s, h, x)
+	rvChurn(t, s, h, g, 10, 4000)
+	modelDo(t, s, h, &mop{kind: mopDelete, id: x.id})
+	rvChurn(t, s, h, g, 10, 4000)
+	rvCheckpoint(t, s, h)
+	if len(heldSegments(s)) == 0 {
+		t.Fatal("no segment is held: the case is not exercised")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rewriteIndex(t, fs, eqDir, func(db *pebble.DB) {
+		if err := db.DeleteRange([]byte{prefixHold}, []byte{prefixHold + 1}, pebble.NoSync); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Set(keyFormat, binary.AppendUvarint(nil, 3), pebble.NoSync); err != nil {
+			t.Fatal(err)
+		}
+	})
+	s, err = Open(eqDir, rvOpts(fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if held := heldSegments(s); len(held) != 0 {
+		t.Errorf("a format-3 index opened with its holds: %v", held)
+	}
+	if v, err := s.get(s.db, keyFormat); err != nil || len(v) == 0 || v[0] != formatVersion {
+		t.Errorf("format after opening a format-3 index: %x, %v", v, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Check(eqDir, rvOpts(fs))
+	if err != nil || !rep.OK() {
+		t.Fatalf("check after the upgrade: %v %v", rep.Problems, err)
 	}
 }

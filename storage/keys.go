@@ -17,7 +17,9 @@ import (
 //	s <due:8> <kind:1> <id:40>                  → ""   schedule: delay, retry, ttl
 //	p <queue>                                   → pause state (1 byte)
 //	c <queue>                                   → queued count (uvarint), absent when 0
-//	g <segment first lsn:8>                     → live body bytes, live bodies (uvarints)
+//	g <segment first lsn:8>                     → segment accounting (accounting.go)
+//	h <creator segment:8> <deletion lsn:8>      → ""   a deletion still needed while the
+//	                                              creator segment is in the AOF
 //	m <name>                                    → store metadata (applied LSN, node id, …)
 const (
 	prefixJob      = 'j'
@@ -26,6 +28,7 @@ const (
 	prefixPause    = 'p'
 	prefixCount    = 'c'
 	prefixSegment  = 'g'
+	prefixHold     = 'h'
 	prefixMeta     = 'm'
 )
 
@@ -87,9 +90,11 @@ func decodeState(v []byte) (indexState, error) {
 // formatVersion is the index's format. Format 1 wrote index values with
 // the id and node list spelled out; format 2 (encodeJob) leaves out what the
 // key or the store says; format 3 adds a job's creator LSNs where they are
-// more than its body's (Job.creatorLSNs). Open reads all three, marks an older
-// index as format 3 (its old values stay readable), and refuses any other.
-const formatVersion = 3
+// more than its body's (Job.creatorLSNs); format 4 keeps the deletions still
+// needed (h/ keys, counted in g/ values). Open reads all four, marks an older
+// index as format 4 (its old values stay readable; the holds an older index
+// counted without keys are dropped, see forward.go), and refuses any other.
+const formatVersion = 4
 
 // EventKind is the kind of a schedule event.
 type EventKind uint8
@@ -179,6 +184,18 @@ func countKey(queue string) []byte { return append([]byte{prefixCount}, queue...
 
 func segmentKey(first uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte{prefixSegment}, first)
+}
+
+// holdKey is the key of the hold of the deletion at lsn on creator
+// segment cs (accounting.go).
+func holdKey(cs, lsn wal.LSN) []byte {
+	k := binary.BigEndian.AppendUint64(append(make([]byte, 0, 17), prefixHold), uint64(cs))
+	return binary.BigEndian.AppendUint64(k, uint64(lsn))
+}
+
+// holdPrefix is the prefix of the holds on creator segment cs.
+func holdPrefix(cs wal.LSN) []byte {
+	return binary.BigEndian.AppendUint64([]byte{prefixHold}, uint64(cs))
 }
 
 var errBadKey = errors.New("storage: malformed index key")

@@ -302,7 +302,11 @@ func (s *Store) loadMeta() error {
 	if err != nil {
 		return err
 	}
-	switch ver, _ := binary.Uvarint(v); {
+	ver, _ := binary.Uvarint(v)
+	// An index before format 4 counted holds without their keys (or none):
+	// they are dropped (forward.go says what that means for a rebuild).
+	dropHolds := v != nil && ver < 4
+	switch {
 	case s.readOnly:
 		// An index that never flushed (nil: the replay rebuilds it all in
 		// memory), format 1 or 2: all read; the mark waits for a writable
@@ -367,7 +371,14 @@ func (s *Store) loadMeta() error {
 		if err != nil || len(k) != 9 {
 			return fmt.Errorf("storage: malformed segment accounting key %x: %v", k, err)
 		}
-		s.segments[wal.LSN(binary.BigEndian.Uint64(k[1:]))] = live
+		seg := wal.LSN(binary.BigEndian.Uint64(k[1:]))
+		if dropHolds && live.holds != nil {
+			live.holds = nil
+			s.dirtySegments[seg] = struct{}{}
+		}
+		if !live.empty() {
+			s.segments[seg] = live
+		}
 		return nil
 	})
 }
@@ -719,10 +730,13 @@ func (s *Store) removeSegments(dead []wal.LSN) error {
 		return err
 	}
 	s.mu.Lock()
-	s.releaseHolds(dead)
+	defer s.mu.Unlock()
+	if err := s.releaseHolds(dead); err != nil {
+		s.failLocked(err)
+		return fmt.Errorf("%w: %w", ErrFailed, err)
+	}
 	s.collected.SegmentsRemoved += int64(len(dead))
 	s.collected.BytesReclaimed += bytes
-	s.mu.Unlock()
 	return nil
 }
 
@@ -752,8 +766,7 @@ func (s *Store) checkLiveSegments() error {
 			}
 		}
 	}
-	s.releaseHolds(gone)
-	return nil
+	return s.releaseHolds(gone)
 }
 
 func (s *Store) checkpointLoop() {
