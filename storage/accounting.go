@@ -332,3 +332,74 @@ func (s *Store) deadSegments(checkpoint wal.LSN, live map[wal.LSN]segmentLive) [
 	}
 	return dead
 }
+
+// upgradeIndex marks an index of an older format as format 4, in one batch
+// with the h/ keys of the holds a format-3 index counted without them: so a
+// crash leaves either the old index as it was or the new one whole. Each
+// deletion (DEL or TOMB) the index has applied in a segment it counted
+// holds for gets a key per creator segment of it that the segment's count
+// named and the log still has, and the count becomes the number of keys.
+// A deletion the collector had already copied forward gets keys too: that
+// keeps its segment longer (until its creators go, or the collector copies
+// it once more), never a deleted job coming back. Called by Open, after the
+// log is open and before the replay.
+func (s *Store) upgradeIndex() error {
+	if s.upgradeFrom == 0 {
+		return nil
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	keys := 0
+	for _, seg := range slices.Sorted(maps.Keys(s.legacyHolds)) {
+		named := s.legacyHolds[seg]
+		counts := map[wal.LSN]int64{}
+		err := s.log.ScanSegment(seg, func(lsn wal.LSN, r wal.Record) error {
+			if lsn >= s.applied || r.Type != recDel && r.Type != recTomb {
+				return nil // the replay counts what the index has not applied
+			}
+			o, err := decodeOp(r.Type, r.Payload)
+			if err != nil {
+				return fmt.Errorf("storage: upgrade: record at lsn %d: %w", lsn, err)
+			}
+			for _, cs := range s.creatorSegments(o.creators, seg) {
+				if named[cs] == 0 {
+					continue
+				}
+				if err := b.Set(holdKey(cs, lsn), nil, nil); err != nil {
+					return err
+				}
+				counts[cs]++
+				keys++
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, wal.ErrNotFound) {
+			return err
+		}
+		l := s.segments[seg]
+		if len(counts) > 0 {
+			l.holds = counts
+		}
+		if l.empty() {
+			// Removed with its creators, or no deletion of it is left.
+			delete(s.segments, seg)
+			err = b.Delete(segmentKey(uint64(seg)), nil)
+		} else {
+			s.segments[seg] = l
+			err = b.Set(segmentKey(uint64(seg)), l.encode(nil), nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := b.Set(keyFormat, binary.AppendUvarint(nil, formatVersion), nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return s.indexErr(err)
+	}
+	s.opts.Logger.Info("storage: index upgraded", "from_format", s.upgradeFrom, "to_format", formatVersion,
+		"segments_with_deletions", len(s.legacyHolds), "deletion_keys", keys)
+	s.upgradeFrom, s.legacyHolds = 0, nil
+	return nil
+}

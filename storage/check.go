@@ -124,6 +124,8 @@ type checker struct {
 	log  *wal.Log
 	rep  *CheckReport
 	self []string
+	// format is the index's format (0: none written yet).
+	format uint64
 	// spans are the damaged spans, in the order of rep.Damage.
 	spans []wal.Damage
 }
@@ -147,6 +149,8 @@ func (c *checker) meta() error {
 	}
 	if ver, _ := binary.Uvarint(v); v != nil && (ver < 1 || ver > formatVersion) {
 		return fmt.Errorf("storage: index format %d, this build reads 1 to %d", ver, formatVersion)
+	} else if v != nil {
+		c.format = ver
 	}
 	if v, err = c.get(keyState); err != nil {
 		return err
@@ -204,7 +208,7 @@ func (c *checker) damagedSpan(lsn wal.LSN) int {
 func (c *checker) index() error {
 	queued := map[string]int64{}
 	live := map[wal.LSN][2]int64{} // segment → bodies, bytes
-	heldOn := map[wal.LSN]int64{}  // creator segment → deletions held on it
+	holds := map[holdPair]int64{}  // the g/ values' counts of deletions waiting
 	var jobs, nEvents int64
 	var bodies []*Job
 	flush := func() {
@@ -331,7 +335,7 @@ func (c *checker) index() error {
 			return nil
 		}
 		for cs, n := range l.holds {
-			heldOn[cs] += n
+			holds[holdPair{cs, seg}] = n
 		}
 		got := [2]int64{l.bodies, l.bytes}
 		if want := live[seg]; got != want {
@@ -347,28 +351,53 @@ func (c *checker) index() error {
 	if err != nil {
 		return err
 	}
-	// The deletions still needed: an h/ key each, counted per creator
-	// segment in the g/ values (accounting.go).
-	keys := map[wal.LSN]int64{}
+	if c.format < 4 {
+		// Holds had no keys before format 4; an open rebuilds them.
+		return nil
+	}
+	// The deletions still needed: an h/ key each (h/<creator segment><the
+	// deletion's LSN>), counted in the g/ value of the deletion's segment
+	// under the creator's (accounting.go).
+	keys := map[holdPair]int64{}
 	err = c.scan(prefixHold, func(k, _ []byte) error {
 		if len(k) != 17 {
 			c.rep.problem("malformed deletion key %x", k)
 			return nil
 		}
-		keys[wal.LSN(binary.BigEndian.Uint64(k[1:9]))]++
+		cs := wal.LSN(binary.BigEndian.Uint64(k[1:9]))
+		del := wal.LSN(binary.BigEndian.Uint64(k[9:]))
+		at, ok := c.log.SegmentOf(del)
+		if !ok {
+			c.rep.problem("deletion key %x: no segment of the log holds lsn %d", k, uint64(del))
+			return nil
+		}
+		if first, ok := c.log.SegmentOf(cs); !ok || first != cs {
+			c.rep.problem("deletion key %x: it waits for segment %016x, which the log does not have", k, uint64(cs))
+			return nil
+		}
+		keys[holdPair{cs, at}]++
 		return nil
 	})
-	for cs := range maps.Keys(heldOn) {
-		if _, ok := keys[cs]; !ok {
-			keys[cs] = 0
+	for _, p := range slices.SortedFunc(maps.Keys(keys), holdPair.compare) {
+		if holds[p] != keys[p] {
+			c.rep.problem("segment %016x: %d of its deletions wait for segment %016x by their keys, its accounting counts %d",
+				uint64(p.del), keys[p], uint64(p.creator), holds[p])
 		}
 	}
-	for _, cs := range slices.Sorted(maps.Keys(keys)) {
-		if keys[cs] != heldOn[cs] {
-			c.rep.problem("segment %016x: %d deletions wait for it, the index counts %d", uint64(cs), keys[cs], heldOn[cs])
+	for _, p := range slices.SortedFunc(maps.Keys(holds), holdPair.compare) {
+		if _, ok := keys[p]; !ok {
+			c.rep.problem("segment %016x: no deletion key waits for segment %016x, its accounting counts %d",
+				uint64(p.del), uint64(p.creator), holds[p])
 		}
 	}
 	return err
+}
+
+// holdPair is a creator segment and the segment of deletions waiting for it.
+type holdPair struct{ creator, del wal.LSN }
+
+func (p holdPair) compare(q holdPair) int {
+	return cmp.Or(cmp.Compare(p.del, q.del), cmp.Compare(p.creator, q.creator))
 }
 
 // bodies checks that each job's body record is readable and is the job's.

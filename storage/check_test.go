@@ -2,8 +2,10 @@ package storage
 
 import (
 	"context"
+	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -182,6 +184,28 @@ func TestCheckAcceptsAKilledStore(t *testing.T) {
 // h/ keys counted in the g/ values; a key gone (or one too many) is a
 // problem, since a checkpoint would then remove a segment still needed.
 func TestCheckFindsAMissingDeletionKey(t *testing.T) {
+	checkDeletionKey(t, []string{"by their keys"}, func(db *pebble.DB, key []byte, _ wal.LSN) error {
+		return db.Delete(key, pebble.NoSync)
+	})
+}
+
+// TestCheckFindsAMisplacedDeletionKey: a key moved to a deletion in another
+// segment leaves the sums per creator right, and is a problem on both
+// segments.
+func TestCheckFindsAMisplacedDeletionKey(t *testing.T) {
+	checkDeletionKey(t, []string{"by their keys", "by their keys"}, func(db *pebble.DB, key []byte, elsewhere wal.LSN) error {
+		if err := db.Delete(key, pebble.NoSync); err != nil {
+			return err
+		}
+		return db.Set(binary.BigEndian.AppendUint64(slices.Clone(key[:9]), uint64(elsewhere)), nil, pebble.NoSync)
+	})
+}
+
+// checkDeletionKey makes a deletion that waits for an older segment, lets
+// change alter its h/ key (elsewhere: an LSN in another segment), and wants
+// the problems saying want, one each.
+func checkDeletionKey(t *testing.T, want []string, change func(db *pebble.DB, key []byte, elsewhere wal.LSN) error) {
+	t.Helper()
 	dir := t.TempDir()
 	s, err := Open(dir, diskOpts())
 	if err != nil {
@@ -226,7 +250,7 @@ func TestCheckFindsAMissingDeletionKey(t *testing.T) {
 	if key == nil {
 		t.Fatal("no deletion is held: the case is not exercised")
 	}
-	if err := db.Delete(key, pebble.NoSync); err != nil {
+	if err := change(db, key, cur.BodyLSN); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Flush(); err != nil {
@@ -239,7 +263,11 @@ func TestCheckFindsAMissingDeletionKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.ProblemCount != 1 || !strings.Contains(rep.Problems[0], "deletions wait for it") {
-		t.Fatalf("problems %v: want the one deletion key", rep.Problems)
+	ok := rep.ProblemCount == len(want)
+	for i := 0; ok && i < len(want); i++ {
+		ok = strings.Contains(rep.Problems[i], want[i])
+	}
+	if !ok {
+		t.Fatalf("problems %v: want %q", rep.Problems, want)
 	}
 }

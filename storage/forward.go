@@ -36,8 +36,10 @@ import (
 //
 // A store written before format 3 did not log its deletions' creators or
 // anchor its jobs, and its collector's MOVE carried no job state; one
-// written before format 4 did not keep its deletions (h/ keys). Its
-// rebuild is exact for what was written since, but a job it deleted before
+// written before format 4 counted the deletions still needed without keys
+// and could copy one forward twice, letting a segment go while a deletion
+// in it was needed (Open gives the holds a format-3 index counted their
+// keys: upgradeIndex). Its rebuild is exact for what was written since, but a job it deleted before
 // may come back while that job's ADD is still in the AOF, and a job whose
 // body it moved before format 3 is lost once that job's ADD is gone.
 

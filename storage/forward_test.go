@@ -90,14 +90,7 @@ func checkSameAccounting(t testing.TB, live, rebuilt *Store) {
 // idle store write nothing forward again.
 func TestForwardSnapsOnce(t *testing.T) {
 	fs := vfs.NewCrashableMem()
-	s, err := Open(eqDir, rvOpts(fs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	h := newModelHistory(newJobModel(), 0)
-	noteOpen(h, s)
-	g := newOpGen(1, s.NodeID())
+	s, h, g := openModelStore(t, rvOpts(fs), 1)
 	var ids []string
 	for range 1500 {
 		o := g.queuedJob(8)
@@ -130,14 +123,7 @@ func TestForwardDoesNotKickCheckpoints(t *testing.T) {
 	o := rvOpts(fs)
 	o.CheckpointBytes = 1 << 40 // no kick while the jobs are written
 	o.CheckpointInterval = time.Hour
-	s, err := Open(eqDir, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	h := newModelHistory(newJobModel(), 0)
-	noteOpen(h, s)
-	g := newOpGen(2, s.NodeID())
+	s, h, g := openModelStore(t, o, 2)
 	var ids []string
 	for range 1500 {
 		op := g.queuedJob(8)
@@ -193,14 +179,7 @@ func rvChurn(t *testing.T, s *Store, h *modelHistory, g *opGen, n, bodyLen int) 
 // incarnation with the second.
 func TestRebuildReAddedID(t *testing.T) {
 	fs := vfs.NewCrashableMem()
-	s, err := Open(eqDir, rvOpts(fs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	h := newModelHistory(newJobModel(), 0)
-	noteOpen(h, s)
-	g := newOpGen(3, s.NodeID())
+	s, h, g := openModelStore(t, rvOpts(fs), 3)
 	pin := g.queuedJob(100) // keeps the first ADD's segment
 	modelDo(t, s, h, pin)
 	first := g.queuedJob(100)
@@ -227,13 +206,7 @@ func TestRebuildReAddedID(t *testing.T) {
 func TestRebuildNeverMissingIndex(t *testing.T) {
 	for _, removeMiddle := range []bool{false, true} {
 		fs := vfs.NewCrashableMem()
-		s, err := Open(eqDir, rvOpts(fs))
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := newModelHistory(newJobModel(), 0)
-		noteOpen(h, s)
-		g := newOpGen(4, s.NodeID())
+		s, h, g := openModelStore(t, rvOpts(fs), 4)
 		modelDo(t, s, h, g.queuedJob(100))
 		if removeMiddle {
 			rvChurn(t, s, h, g, 20, 4000)
@@ -378,14 +351,7 @@ func TestRebuildAfterConcurrentCheckpoints(t *testing.T) {
 // healthy AOF.
 func TestRebuildSnapOfMovedBody(t *testing.T) {
 	fs := vfs.NewCrashableMem()
-	s, err := Open(eqDir, rvOpts(fs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	h := newModelHistory(newJobModel(), 0)
-	noteOpen(h, s)
-	g := newOpGen(6, s.NodeID())
+	s, h, g := openModelStore(t, rvOpts(fs), 6)
 	j := g.queuedJob(100)
 	modelDo(t, s, h, j)
 	rvChurn(t, s, h, g, 10, 4000)
@@ -418,14 +384,7 @@ func TestRebuildSnapOfMovedBody(t *testing.T) {
 // highest ctime (m/ state, Store.MaxCtime): the META carries it.
 func TestRebuildKeepsMaxCtime(t *testing.T) {
 	fs := vfs.NewCrashableMem()
-	s, err := Open(eqDir, rvOpts(fs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	h := newModelHistory(newJobModel(), 0)
-	noteOpen(h, s)
-	g := newOpGen(8, s.NodeID())
+	s, h, g := openModelStore(t, rvOpts(fs), 8)
 	modelDo(t, s, h, g.queuedJob(100))
 	rvChurn(t, s, h, g, 20, 4000) // newer ctimes, all deleted
 	modelDo(t, s, h, g.queuedJob(100))
@@ -481,14 +440,7 @@ func rvCheckpoint(t *testing.T, s *Store, h *modelHistory) {
 // segment) without touching the second incarnation.
 func TestRewriteCopiesEachDeletionOnce(t *testing.T) {
 	fs := vfs.NewCrashableMem()
-	s, err := Open(eqDir, rvOpts(fs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	h := newModelHistory(newJobModel(), 0)
-	noteOpen(h, s)
-	g := newOpGen(11, s.NodeID())
+	s, h, g := openModelStore(t, rvOpts(fs), 11)
 	modelDo(t, s, h, g.queuedJob(100)) // keeps the ADDs' segment
 	x := g.queuedJob(100)
 	modelDo(t, s, h, x)
@@ -537,14 +489,7 @@ func TestRewriteCopiesEachDeletionOnce(t *testing.T) {
 // dead while deletions in it are not copied.
 func TestRewriteCutShortCopiesDeletionsOnce(t *testing.T) {
 	fs := vfs.NewCrashableMem()
-	s, err := Open(eqDir, rvOpts(fs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	h := newModelHistory(newJobModel(), 0)
-	noteOpen(h, s)
-	g := newOpGen(12, s.NodeID())
+	s, h, g := openModelStore(t, rvOpts(fs), 12)
 	modelDo(t, s, h, g.queuedJob(8)) // keeps the ADDs' segment
 	var ids []string
 	for range 200 {
@@ -605,18 +550,13 @@ func TestRewriteCutShortCopiesDeletionsOnce(t *testing.T) {
 	rebuildCheck(t, s, fs, h.cur, g.queues).Close()
 }
 
-// An index of format 3 counted holds in its g/ values without h/ keys (or
-// none): Open drops them, so that its segments are not kept for deletions
-// no key can release, and marks it format 4.
-func TestFormat3IndexDropsHolds(t *testing.T) {
+// An index of format 3 counted holds in its g/ values without h/ keys: a
+// check of it as it is passes, and Open gives its deletions their keys, in
+// one batch with the format-4 mark. Dropping the holds instead (8b76d2d)
+// let the deletion's segment go, and a rebuild brought the deleted job back.
+func TestFormat3IndexUpgradeKeepsHolds(t *testing.T) {
 	fs := vfs.NewCrashableMem()
-	s, err := Open(eqDir, rvOpts(fs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newModelHistory(newJobModel(), 0)
-	noteOpen(h, s)
-	g := newOpGen(21, s.NodeID())
+	s, h, g := openModelStore(t, rvOpts(fs), 21)
 	modelDo(t, s, h, g.queuedJob(100)) // keeps the ADDs' segment
 	x := g.queuedJob(100)
 	modelDo(t, s, h, x)
@@ -624,13 +564,23 @@ func TestFormat3IndexDropsHolds(t *testing.T) {
 	modelDo(t, s, h, &mop{kind: mopDelete, id: x.id})
 	rvChurn(t, s, h, g, 10, 4000)
 	rvCheckpoint(t, s, h)
-	if len(heldSegments(s)) == 0 {
+	want := heldSegments(s)
+	if len(want) == 0 {
 		t.Fatal("no segment is held: the case is not exercised")
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+	var keys [][]byte
 	rewriteIndex(t, fs, eqDir, func(db *pebble.DB) {
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixHold}, UpperBound: []byte{prefixHold + 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for it.First(); it.Valid(); it.Next() {
+			keys = append(keys, slices.Clone(it.Key()))
+		}
+		it.Close()
 		if err := db.DeleteRange([]byte{prefixHold}, []byte{prefixHold + 1}, pebble.NoSync); err != nil {
 			t.Fatal(err)
 		}
@@ -638,22 +588,51 @@ func TestFormat3IndexDropsHolds(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	s, err = Open(eqDir, rvOpts(fs))
+	if rep, err := Check(eqDir, rvOpts(fs)); err != nil || !rep.OK() {
+		t.Errorf("check of the format-3 index as it is: %v %v", rep.Problems, err)
+	}
+	s, err := Open(eqDir, rvOpts(fs))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if held := heldSegments(s); len(held) != 0 {
-		t.Errorf("a format-3 index opened with its holds: %v", held)
+	if got := heldSegments(s); len(got) != len(want) {
+		t.Errorf("held segments after the upgrade: %v, before it %v", got, want)
 	}
 	if v, err := s.get(s.db, keyFormat); err != nil || len(v) == 0 || v[0] != formatVersion {
 		t.Errorf("format after opening a format-3 index: %x, %v", v, err)
 	}
-	if err := s.Close(); err != nil {
+	for _, k := range keys {
+		if has, err := s.hasKey(s.buf, k); err != nil || !has {
+			t.Errorf("deletion key %x not given back by the upgrade (%v)", k, err)
+		}
+	}
+	h2 := newModelHistory(h.cur.clone(), storeApplied(s))
+	for range 4 {
+		rvChurn(t, s, h2, g, 10, 4000)
+		rvCheckpoint(t, s, h2)
+	}
+	rs := rebuildCheck(t, s, fs, h2.cur, g.queues)
+	defer rs.Close()
+	if _, err := rs.Job(x.id); err == nil {
+		t.Errorf("deleted job %s is back after the rebuild", x.id)
+	}
+	s.Close()
+	if rep, err := Check(eqDir, rvOpts(fs)); err != nil || !rep.OK() {
+		t.Errorf("check after the upgrade: %v %v", rep.Problems, err)
+	}
+}
+
+// openModelStore opens a store on o, closed when the test ends, with a model
+// history that follows it and an op generator seeded with seed.
+func openModelStore(t *testing.T, o Options, seed uint64) (*Store, *modelHistory, *opGen) {
+	t.Helper()
+	s, err := Open(eqDir, o)
+	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Check(eqDir, rvOpts(fs))
-	if err != nil || !rep.OK() {
-		t.Fatalf("check after the upgrade: %v %v", rep.Problems, err)
-	}
+	t.Cleanup(func() { s.Close() })
+	h := newModelHistory(newJobModel(), 0)
+	noteOpen(h, s)
+	return s, h, newOpGen(seed, s.NodeID())
 }

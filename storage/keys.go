@@ -92,8 +92,9 @@ func decodeState(v []byte) (indexState, error) {
 // key or the store says; format 3 adds a job's creator LSNs where they are
 // more than its body's (Job.creatorLSNs); format 4 keeps the deletions still
 // needed (h/ keys, counted in g/ values). Open reads all four, marks an older
-// index as format 4 (its old values stay readable; the holds an older index
-// counted without keys are dropped, see forward.go), and refuses any other.
+// index as format 4 (its old values stay readable; the holds a format-3
+// index counted without keys get them, accounting.go upgradeIndex), and
+// refuses any other.
 const formatVersion = 4
 
 // EventKind is the kind of a schedule event.

@@ -150,6 +150,7 @@ func (s *Store) resetCounters() {
 	clear(s.segments)
 	s.applied, s.jobs, s.maxCtime, s.nodeID, s.selfNodes = 0, 0, 0, "", nil
 	s.newIndex, s.rebuildCutShort = false, false
+	s.upgradeFrom, s.legacyHolds = 0, nil
 }
 
 // setIndexAside renames the index directory to index.broken-<time>, where

@@ -53,9 +53,15 @@ type Store struct {
 	// Counters changed since the last buffer flush, which writes them.
 	dirtyQueues   map[string]struct{}
 	dirtySegments map[wal.LSN]struct{}
-	nodeID        string
-	selfNodes     []string  // []string{nodeID}: the node list of a job of this node alone
-	cache         *jobCache // recently written jobs, see cache.go
+	// upgradeFrom is the format of an older index Open marks format 4 after
+	// the log is open (upgradeIndex), and legacyHolds the holds its g/
+	// values counted without keys (format 3): deletion segment → creator
+	// segment → count.
+	upgradeFrom uint64
+	legacyHolds map[wal.LSN]map[wal.LSN]int64
+	nodeID      string
+	selfNodes   []string  // []string{nodeID}: the node list of a job of this node alone
+	cache       *jobCache // recently written jobs, see cache.go
 
 	// logRef is log for Pebble's flush hook, which may run on Pebble's
 	// goroutines.
@@ -270,6 +276,9 @@ func (s *Store) open() error {
 	if err := s.checkLiveSegments(); err != nil {
 		return err
 	}
+	if err := s.upgradeIndex(); err != nil { // accounting.go
+		return err
+	}
 	if s.rebuilding {
 		err = s.replayAll()
 	} else {
@@ -303,21 +312,20 @@ func (s *Store) loadMeta() error {
 		return err
 	}
 	ver, _ := binary.Uvarint(v)
-	// An index before format 4 counted holds without their keys (or none):
-	// they are dropped (forward.go says what that means for a rebuild).
-	dropHolds := v != nil && ver < 4
 	switch {
 	case s.readOnly:
 		// An index that never flushed (nil: the replay rebuilds it all in
-		// memory), format 1 or 2: all read; the mark waits for a writable
-		// open.
-	case v == nil || ver >= 1 && ver < formatVersion:
-		// A new index, or one of an older format, whose values this build
-		// still reads: it is of this format from the first value written,
-		// and an older build must refuse it from now on.
+		// memory), or of an older format: all read, nothing removed (so its
+		// holds' keys are not needed); the mark waits for a writable open.
+	case v == nil:
+		// A new index: of this format from the first value written.
 		if err := s.db.Set(keyFormat, binary.AppendUvarint(nil, formatVersion), pebble.NoSync); err != nil {
 			return err
 		}
+	case ver >= 1 && ver < formatVersion:
+		// An older index, whose values this build still reads: marked in
+		// one batch with the keys of its holds, once the log is open.
+		s.upgradeFrom = ver
 	case ver != formatVersion:
 		return fmt.Errorf("storage: index format %d, this build reads 1 to %d", ver, formatVersion)
 	}
@@ -372,9 +380,11 @@ func (s *Store) loadMeta() error {
 			return fmt.Errorf("storage: malformed segment accounting key %x: %v", k, err)
 		}
 		seg := wal.LSN(binary.BigEndian.Uint64(k[1:]))
-		if dropHolds && live.holds != nil {
-			live.holds = nil
-			s.dirtySegments[seg] = struct{}{}
+		if s.upgradeFrom != 0 && live.holds != nil {
+			if s.legacyHolds == nil {
+				s.legacyHolds = map[wal.LSN]map[wal.LSN]int64{}
+			}
+			s.legacyHolds[seg], live.holds = live.holds, nil
 		}
 		if !live.empty() {
 			s.segments[seg] = live
