@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/diskque/diskque/internal/testtool"
 )
 
 // goTool finds the go command: on PATH, else in the toolchain that built
@@ -150,12 +152,10 @@ func testDiskque(t *testing.T, bin string) {
 }
 
 // TestEndToEndRedis runs the redis variants (LPUSH, RPOP) against
-// redis-server when it is installed.
+// redis-server: skipped when it is not installed, failed so under CI
+// (internal/testtool).
 func TestEndToEndRedis(t *testing.T) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server not installed")
-	}
+	bin := testtool.Require(t, "redis-server")
 	srv := startServer(t, ServerConfig{Target: TargetRedis, Bin: bin, Args: []string{"--save", "", "--appendonly", "no"}})
 	const jobs = 2000
 	base := Options{Addr: srv.Addr, Target: TargetRedis, Clients: 4, Pipeline: 4, Queue: "e2e", Timeout: 30 * time.Second}
@@ -188,8 +188,8 @@ func TestEndToEndRedis(t *testing.T) {
 // what consume drains, and the table has a row per run.
 func testMatrix(t *testing.T, bin string) {
 	modes := []Mode{DefaultModes()[0], DefaultModes()[3]} // appendonly=no, fsync=always
-	redis, err := exec.LookPath("redis-server")
-	if err == nil {
+	redis := testtool.Optional(t, "redis-server")
+	if redis != "" {
 		modes = append(modes, DefaultModes()[4])
 	}
 	var progress strings.Builder

@@ -1,8 +1,9 @@
 // Package server speaks Disque's client protocol (RESP2 over TCP, inline
 // commands too) on top of a queue.Broker. It parses arguments, formats
-// replies and maps errors; no job logic lives here. shared/SPEC.md is the
-// contract: reply shapes and error strings match it word for word, because
-// existing Disque clients parse them.
+// replies and maps errors; no job logic lives here. The repository's
+// COMPATIBILITY.md is the contract: reply shapes and error strings match
+// Disque's word for word, because existing Disque clients parse them, and
+// it lists where diskque differs and why.
 //
 // Commands are dispatched through one table (mux.go), one handler per
 // command, files by family: cmd_job.go (ADDJOB, GETJOB, ACKJOB, …),

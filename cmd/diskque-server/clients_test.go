@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/diskque/diskque/internal/testtool"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -72,10 +73,7 @@ func TestGoRedisDefaultClient(t *testing.T) {
 // TestRedisCLI drives the server with redis-cli, as a user would.
 func TestRedisCLI(t *testing.T) {
 	t.Parallel()
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		t.Skip("redis-cli not installed")
-	}
+	cli := testtool.Require(t, "redis-cli") // skips, or fails under CI
 	s := startServer(t)
 	run := func(stdin string, args ...string) string {
 		t.Helper()

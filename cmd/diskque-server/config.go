@@ -37,6 +37,9 @@ type config struct {
 	SlowlogMaxLen     int
 	// MetricsAddr, when set, is where /metrics is served over HTTP.
 	MetricsAddr string
+	// Pprof (pprof yes) also serves Go's profiler on MetricsAddr, under
+	// /debug/pprof/. Off by default: it has no authentication.
+	Pprof bool
 	// AOFSegmentSize is the AOF segment size in bytes; 0 means the default
 	// for the mode (segmentSize).
 	AOFSegmentSize int64
@@ -100,8 +103,12 @@ Directives (in the config file as "directive value", or as --directive value):
                                 SLOWLOG (default 10000; 0 = all; negative = off)
   slowlog-max-len N             SLOWLOG entries kept (default 128)
   metrics-addr HOST:PORT        serve Prometheus metrics over HTTP at
-                                http://HOST:PORT/metrics, and Go's profiler at
-                                /debug/pprof/ (default: off)
+                                http://HOST:PORT/metrics (default: off); no
+                                authentication, requirepass or not: a
+                                non-loopback address logs a warning at start
+  pprof yes|no                  also serve Go's profiler (heap, goroutines, CPU
+                                profile, trace) at http://HOST:PORT/debug/pprof/
+                                on metrics-addr, which it needs (default no)
   aof-segment-size BYTES        AOF segment file size, 4kb..1gb (default 64mb;
                                 4mb with appendonly no)
   gc-interval SECONDS           how often the segment collector looks for
@@ -156,6 +163,9 @@ func parseArgs(args []string) (config, error) {
 		if err := cfg.set(name, []string{value}); err != nil {
 			return cfg, err
 		}
+	}
+	if cfg.Pprof && cfg.MetricsAddr == "" {
+		return cfg, fmt.Errorf("pprof yes needs metrics-addr: the profiler is served there")
 	}
 	return cfg, nil
 }
@@ -286,6 +296,15 @@ func (c *config) set(name string, vals []string) error {
 			v = ""
 		}
 		c.MetricsAddr = v
+	case "pprof":
+		switch strings.ToLower(v) {
+		case "yes":
+			c.Pprof = true
+		case "no":
+			c.Pprof = false
+		default:
+			return fmt.Errorf("pprof: want yes or no, got %q", v)
+		}
 	case "aof-segment-size":
 		n, err := parseBytes(v)
 		if err != nil || n < 4096 || n > 1<<30 {
@@ -322,7 +341,7 @@ var directives = []string{
 	"port", "bind", "dir", "appendonly", "appendfsync", "loglevel", "logfile", "pidfile",
 	"requirepass", "maxclients", "max-job-size", "min-free-disk", "maxmemory",
 	"slowlog-log-slower-than", "slowlog-max-len",
-	"metrics-addr", "aof-segment-size", "gc-interval", "gc-min-live-ratio",
+	"metrics-addr", "pprof", "aof-segment-size", "gc-interval", "gc-min-live-ratio",
 }
 
 // value is directive name's value as set would read it back.
@@ -369,6 +388,11 @@ func (c *config) value(name string) string {
 		return strconv.Itoa(c.SlowlogMaxLen)
 	case "metrics-addr":
 		return c.MetricsAddr
+	case "pprof":
+		if c.Pprof {
+			return "yes"
+		}
+		return "no"
 	case "aof-segment-size":
 		return strconv.FormatInt(c.segmentSize(), 10)
 	case "gc-interval":

@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of the built binary against shared/SPEC.md, the job
+// End-to-end tests of the built binary against COMPATIBILITY.md, the job
 // commands: ADDJOB, GETJOB, ACKJOB, FASTACK, DELJOB, ENQUEUE, DEQUEUE, NACK,
 // WORKING, SHOW, TTL expiry. The harness is in helpers_test.go.
 

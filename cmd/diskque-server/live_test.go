@@ -138,7 +138,8 @@ func TestConfigRewriteWithoutFile(t *testing.T) {
 	wantErr(t, c, "ERR The server is running without a config file", "CONFIG", "REWRITE")
 }
 
-// TestMetricsAddr: --metrics-addr serves /metrics over HTTP.
+// TestMetricsAddr: --metrics-addr serves /metrics over HTTP (metrics_test.go
+// has the profiler and the warning).
 func TestMetricsAddr(t *testing.T) {
 	t.Parallel()
 	maddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
@@ -162,13 +163,5 @@ func TestMetricsAddr(t *testing.T) {
 			t.Errorf("/metrics lacks %q:\n%s", want, b)
 		}
 	}
-	// The profiler's index lists the goroutine profile.
-	resp, err = http.Get("http://" + maddr + "/debug/pprof/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if b, err = io.ReadAll(resp.Body); err != nil || resp.StatusCode != 200 || !strings.Contains(string(b), "goroutine") {
-		t.Errorf("/debug/pprof/: %d, %v, %.200q", resp.StatusCode, err, b)
-	}
+	// The profiler is opt-in (pprof yes): see TestPprofOptIn.
 }

@@ -119,17 +119,13 @@ func run(cfg config) error {
 			srv.Close()
 			return fmt.Errorf("metrics-addr: %w", err)
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", srv.MetricsHandler())
-		// Go's profiler on the same opt-in address: where the CPU goes
-		// under load is the first question about a slow server.
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		hs := &http.Server{Handler: metricsHandler(srv.MetricsHandler(), cfg.Pprof), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = hs.Serve(mln) }()
 		defer hs.Close()
-		log.Info("metrics listening", "addr", mln.Addr().String())
+		log.Info("metrics listening", "addr", mln.Addr().String(), "pprof", cfg.Pprof)
+		if tcp, ok := mln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+			log.Warn(metricsExposedWarning, "addr", mln.Addr().String(), "pprof", cfg.Pprof)
+		}
 	}
 	log.Info("diskque listening", "addr", ln.Addr().String(), "dir", cfg.Dir,
 		"appendonly", cfg.AppendOnly, "appendfsync", cfg.AppendFsync.String(), "pid", os.Getpid())
@@ -195,6 +191,30 @@ func run(cfg config) error {
 	}
 	log.Info("bye")
 	return serveErr
+}
+
+// metricsExposedWarning is logged at start when metrics-addr is not a
+// loopback address: its HTTP has no authentication, requirepass or not.
+const metricsExposedWarning = "metrics-addr is not a loopback address and has no authentication " +
+	"(requirepass does not cover it): anyone who can reach it can read the metrics, and with pprof yes " +
+	"profile the server; bind it to 127.0.0.1 or firewall it"
+
+// metricsHandler is what metrics-addr serves: metrics at /metrics and,
+// only when profile is set (pprof yes), Go's profiler under /debug/pprof/:
+// heap, goroutine and the other runtime profiles, a CPU profile and an
+// execution trace. /debug/pprof/cmdline is left out: the command line may
+// hold --requirepass.
+func metricsHandler(metrics http.Handler, profile bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics)
+	if profile {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", http.NotFound)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
 }
 
 // shutdownTimeout bounds a graceful shutdown.

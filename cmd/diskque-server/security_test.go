@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/diskque/diskque/internal/testtool"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -164,7 +165,7 @@ func TestRequirePassAndShutdown(t *testing.T) {
 		t.Errorf("QLEN = %d, %v", n, err)
 	}
 
-	if cli, err := exec.LookPath("redis-cli"); err == nil {
+	if cli := testtool.Optional(t, "redis-cli"); cli != "" {
 		_, port, _ := net.SplitHostPort(addr)
 		out, err := exec.Command(cli, "-p", port, "-a", "open sesame", "--no-auth-warning", "qlen", "q").CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) != "1" {
