@@ -60,6 +60,13 @@
 // CONFIG RESETSTAT zeroes the server's own INFO Stats counters (the
 // broker's job counters stay).
 //
+// QSCAN and JSCAN (cmd_scan.go) keep no state per scan: a cursor is a
+// decimal position below 2^53 in the scan's order (queue-name hash, job
+// id), so that clients that read it as a JavaScript number send it back
+// intact; an item present for the whole scan is returned exactly once. An
+// argument that is neither an option nor a cursor gets Disque's "ERR
+// invalid cursor or option name", a second cursor "ERR syntax error".
+//
 // SLOWLOG GET [n] | LEN | RESET: execute times every command and keeps
 // those slower than slowlog-log-slower-than (default 10ms; negative: off),
 // at most slowlog-max-len (default 128), as Redis does: id, Unix time,
