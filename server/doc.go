@@ -38,8 +38,10 @@
 // it, and nobody else's.
 //
 // A store that failed (an AOF write or fsync error) answers writes with
-// -IOERR and still serves reads, and GETJOB hands out durable at-least-once
-// jobs without recording the delivery (queue: deliverWhileFailedLocked);
+// -IOERR, one fixed text (errors.go; the store logs the error, with its
+// paths, once), and it still serves reads, and
+// GETJOB hands out durable at-least-once jobs without recording the
+// delivery (queue: deliverWhileFailedLocked);
 // the daemon reopens it once the disk works again (cmd/diskque-server
 // node.go), and commands caught by that swap get -LOADING. SetBroker returns
 // a drain that waits for every command still running on the broker it
