@@ -39,7 +39,8 @@
 //
 // A store that failed (an AOF write or fsync error) answers writes with
 // -IOERR, one fixed text (errors.go; the store logs the error, with its
-// paths, once), and it still serves reads, and
+// paths, once), INFO shows aof_last_write_status:err and aof_state:failed
+// (also for a store opened read-only), and it still serves reads, and
 // GETJOB hands out durable at-least-once jobs without recording the
 // delivery (queue: deliverWhileFailedLocked);
 // the daemon reopens it once the disk works again (cmd/diskque-server

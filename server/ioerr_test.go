@@ -68,6 +68,9 @@ func TestFailedStoreRepliesAndInfo(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 
 	id := addJob(t, c, "q")
+	if p := persistence(t, c); p["aof_state"] != "on" || p["aof_last_write_status"] != "ok" {
+		t.Fatalf("INFO persistence of a healthy store: %v", p)
+	}
 	failing.Store(true)
 	const want = "IOERR the store failed (a disk error); writes are refused until the disk works again"
 	for range 3 {
@@ -80,6 +83,10 @@ func TestFailedStoreRepliesAndInfo(t *testing.T) {
 	}
 	if _, err := c.Do(context.Background(), "SHOW", id).Result(); err != nil {
 		t.Fatalf("SHOW on a failed store: %v", err) // reads go on
+	}
+	p := persistence(t, c)
+	if p["aof_state"] != "failed" || p["aof_last_write_status"] != "err" || p["aof_enabled"] != "1" {
+		t.Fatalf("INFO persistence of a failed store: %v", p)
 	}
 	// The detail is in the log, once.
 	log := logs.String()
