@@ -341,6 +341,15 @@ func cmdInfo(s *Server, c *call) {
 	if s.opts.Info.AOFEnabled {
 		aof = "on"
 	}
+	// A store that failed (a disk error) or was opened read-only (a full
+	// disk) refuses every write until the daemon reopens it.
+	writeStatus := "ok"
+	if c.broker != nil && c.broker.Store().Failing() {
+		writeStatus = "err"
+		if aof == "on" {
+			aof = "failed"
+		}
+	}
 	add("Persistence",
 		fmt.Sprintf("loading:%d", loading),
 		fmt.Sprintf("aof_enabled:%d", boolInt(s.opts.Info.AOFEnabled)),
@@ -348,6 +357,7 @@ func cmdInfo(s *Server, c *call) {
 		"aof_fsync:"+s.opts.Info.AppendFsync,
 		fmt.Sprintf("aof_rewrite_in_progress:%d", boolInt(s.collecting())),
 		"aof_last_bgrewrite_status:"+s.lastCollectStatus(),
+		"aof_last_write_status:"+writeStatus,
 	)
 	var stats []string
 	stats = append(stats,

@@ -1,9 +1,11 @@
 package server
 
 import (
-	"encoding/base64"
-	"encoding/binary"
-	"hash/crc32"
+	"cmp"
+	"hash/fnv"
+	"math"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/diskque/diskque/queue"
@@ -17,86 +19,155 @@ func init() {
 	)
 }
 
-// Scan cursors. A scan walks its items (queue names, job ids) in order, and
-// a cursor names the last item the previous call examined: the next call
-// goes on strictly after it. So an item present for the whole scan is
-// returned exactly once, whatever is added or removed between calls, and the
-// server keeps no state per scan. "0" starts a scan, and a reply's "0" ends
-// it. Any other cursor is a kind letter ('q' for QSCAN, 'j' for JSCAN) and
-// the unpadded base64url of the item followed by a CRC-32 of kind and item,
-// so a cursor we did not issue is refused rather than silently misread.
-const (
-	cursorQueues = 'q'
-	cursorJobs   = 'j'
-)
+// Scan cursors are decimal integers below 2^53, as in Disque and Redis SCAN:
+// clients parse them as numbers (disqueue-node with JavaScript's parseInt,
+// whose numbers hold integers exactly only up to 2^53). "0" starts a scan,
+// and a reply's "0" ends it. The server keeps no state per scan: a cursor
+// is a position in the scan's order, and the next call goes on from it.
+//
+// Every item has a position, which only grows along the scan's order. A
+// call takes COUNT items from the cursor on, then the rest of the items at
+// the last one's position, and replies with the next item's position. So
+// consecutive calls cover consecutive ranges of positions, and an item
+// present for the whole scan is returned exactly once, whatever is added or
+// removed between calls; an item added meanwhile may or may not be.
+//
+//   - QSCAN walks queue names in the order of a 53-bit FNV-1a hash of the
+//     name (then by name), as Disque walks its hash table; the hash is
+//     fixed, so a cursor stays valid across restarts.
+//   - JSCAN walks job ids in the index's order, and a position is the start
+//     of an id: this node's prefix ("D-" and 8 hex digits) and the first 53
+//     bits of the id's random part. Ids of another node (which a node never
+//     holds: its ids carry its own node id) sort before or after all of
+//     this node's and have position 0 or the last one.
+//
+// A cursor is any decimal number below 2^53, and one we did not issue just
+// starts the scan at that position.
+const maxCursor = 1<<53 - 1
 
 const (
-	errInvalidCursor = "ERR invalid cursor"
+	errInvalidCursor = "ERR invalid cursor or option name" // Disque's text
 	// defaultScanCount is COUNT's default: how many items a call examines.
 	defaultScanCount = 10
 	// busyLoopPage is how many items a BUSYLOOP examines per step.
 	busyLoopPage = 1024
 )
 
-func encodeCursor(kind byte, item string) string {
-	buf := make([]byte, 0, len(item)+4)
-	buf = append(buf, item...)
-	buf = binary.BigEndian.AppendUint32(buf, cursorSum(kind, item))
-	return string(kind) + base64.RawURLEncoding.EncodeToString(buf)
-}
-
-// decodeCursor returns the item a cursor names ("" for "0"), or false if it
-// is not a cursor of this kind that we issued.
-func decodeCursor(kind byte, cursor string) (string, bool) {
-	if cursor == "0" {
-		return "", true
+// parseCursor parses a cursor: decimal digits, below 2^53.
+func parseCursor(arg []byte) (uint64, bool) {
+	if len(arg) == 0 || len(arg) > 20 {
+		return 0, false
 	}
-	if len(cursor) < 2 || cursor[0] != kind {
-		return "", false
-	}
-	buf, err := base64.RawURLEncoding.DecodeString(cursor[1:])
-	if err != nil || len(buf) < 5 {
-		return "", false
-	}
-	item := string(buf[:len(buf)-4])
-	if binary.BigEndian.Uint32(buf[len(buf)-4:]) != cursorSum(kind, item) {
-		return "", false
-	}
-	return item, true
-}
-
-func cursorSum(kind byte, item string) uint32 {
-	h := crc32.NewIEEE()
-	h.Write([]byte{kind})
-	h.Write([]byte(item))
-	return h.Sum32()
-}
-
-// looksLikeCursor tells a cursor argument from a misspelt option: digits, or
-// a kind letter and base64url characters.
-func looksLikeCursor(arg []byte) bool {
-	if len(arg) == 0 {
-		return false
-	}
-	if _, ok := parseInt(arg); ok {
-		return true
-	}
-	if arg[0] != cursorQueues && arg[0] != cursorJobs {
-		return false
-	}
-	for _, ch := range arg[1:] {
-		switch {
-		case ch >= 'a' && ch <= 'z', ch >= 'A' && ch <= 'Z', ch >= '0' && ch <= '9', ch == '-', ch == '_':
-		default:
-			return false
+	for _, ch := range arg {
+		if ch < '0' || ch > '9' {
+			return 0, false
 		}
 	}
-	return true
+	v, err := strconv.ParseUint(string(arg), 10, 64)
+	return v, err == nil && v <= maxCursor
+}
+
+// queuePos is a queue's position in QSCAN's order.
+func queuePos(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return h.Sum64() >> 11
+}
+
+// jobIDChars are the characters of a job id's random part (base64), in
+// byte order. A JSCAN position is 9 of them after the node's prefix: 8 for
+// 6 bits each, and a ninth, one of every second character, for 5.
+const jobIDChars = "+/0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+const jobPosDigits = 9
+
+// jobPosRadix is the number of values of a position's digit i.
+func jobPosRadix(i int) uint64 {
+	if i == jobPosDigits-1 {
+		return 32
+	}
+	return 64
+}
+
+// jobIDPrefix is the start of every job id this node makes (storage.NewJobID).
+func jobIDPrefix(nodeID string) string {
+	p := nodeID
+	if len(p) < 8 {
+		p += "00000000"
+	}
+	return "D-" + p[:8] + "-"
+}
+
+// jobPosStart is the smallest id string at position pos: ids at pos or
+// later are those not less than it.
+func jobPosStart(prefix string, pos uint64) string {
+	var b [jobPosDigits]byte
+	for i := jobPosDigits - 1; i >= 0; i-- {
+		r := jobPosRadix(i)
+		b[i] = jobIDChars[(pos%r)*(64/r)]
+		pos /= r
+	}
+	return prefix + string(b[:])
+}
+
+// jobPos is an id's position in JSCAN's order: the last position whose start
+// is not greater than the id (0 for ids before the first).
+func jobPos(prefix, id string) uint64 {
+	if !strings.HasPrefix(id, prefix) {
+		if id < prefix {
+			return 0
+		}
+		return maxCursor
+	}
+	r := id[len(prefix):]
+	var v uint64
+	for i := range jobPosDigits {
+		radix := jobPosRadix(i)
+		rest := uint64(1)
+		for k := i + 1; k < jobPosDigits; k++ {
+			rest *= jobPosRadix(k)
+		}
+		if i >= len(r) {
+			// A shorter id is before the starts that extend it.
+			return max(v*radix*rest, 1) - 1
+		}
+		// The values of this digit whose character is at most r[i].
+		step := 64 / radix
+		below, exact := uint64(0), false
+		for d := range radix {
+			ch := jobIDChars[d*step]
+			if ch > r[i] {
+				break
+			}
+			below, exact = d+1, ch == r[i]
+		}
+		if !exact {
+			// Past the last start that agrees so far with digit below-1, or
+			// before them all.
+			return max((v*radix+below)*rest, 1) - 1
+		}
+		v = v*radix + below - 1
+	}
+	return v
+}
+
+// jobsFrom is the id after which ScanJobs returns the ids at pos or later:
+// just before pos's start among ids of storage.JobIDLen bytes.
+func jobsFrom(prefix string, pos uint64) string {
+	if pos == 0 {
+		return ""
+	}
+	start := []byte(jobPosStart(prefix, pos))
+	start[len(start)-1]-- // a character of jobIDChars, so above 0
+	for len(start) < storage.JobIDLen {
+		start = append(start, 0xff)
+	}
+	return string(start)
 }
 
 // scanArgs are the options QSCAN and JSCAN share.
 type scanArgs struct {
-	after    string // the item the cursor names; "" starts
+	pos      uint64 // the cursor: 0 starts
 	count    int
 	busyLoop bool
 }
@@ -106,7 +177,7 @@ type scanArgs struct {
 // options: given an option lower-cased and the arguments after it, it
 // returns how many of those it took as values, whether it knows the option,
 // and an error reply. It returns the shared arguments or an error reply.
-func parseScan(args [][]byte, kind byte,
+func parseScan(args [][]byte,
 	option func(opt string, rest [][]byte) (int, bool, string)) (scanArgs, string) {
 	sa := scanArgs{count: defaultScanCount}
 	haveCursor := false
@@ -139,14 +210,16 @@ func parseScan(args [][]byte, kind byte,
 			i += n
 			continue
 		}
-		if haveCursor || !looksLikeCursor(args[i]) {
-			return sa, errSyntax
-		}
-		after, ok := decodeCursor(kind, string(args[i]))
+		// Neither an option nor a cursor: Disque cannot tell a misspelt
+		// option from a bad cursor either.
+		pos, ok := parseCursor(args[i])
 		if !ok {
 			return sa, errInvalidCursor
 		}
-		sa.after, haveCursor = after, true
+		if haveCursor {
+			return sa, errSyntax
+		}
+		sa.pos, haveCursor = pos, true
 	}
 	return sa, ""
 }
@@ -164,19 +237,38 @@ func intOption(rest [][]byte, v *int64) (int, bool, string) {
 	return 1, true, ""
 }
 
-// writeScanReply writes [cursor, [items…]]: the cursor names last, or is "0"
-// when the scan is over; item writes each of the n items.
-func writeScanReply(c *call, kind byte, done bool, last string, n int, item func(i int)) {
+// writeScanReply writes [cursor, [items…]]: next is the next call's
+// position, 0 when the scan is over; item writes each of the n items.
+func writeScanReply(c *call, next uint64, n int, item func(i int)) {
 	c.conn.WriteArray(2)
-	if done {
-		c.conn.WriteBulkString("0")
-	} else {
-		c.conn.WriteBulkString(encodeCursor(kind, last))
-	}
+	c.conn.WriteBulkString(strconv.FormatUint(next, 10))
 	c.conn.WriteArray(n)
 	for i := range n {
 		item(i)
 	}
+}
+
+// queueAt is a queue and its position in QSCAN's order.
+type queueAt struct {
+	pos  uint64
+	name string
+}
+
+// scanEnd returns how many of n items in position order a call examines —
+// count of them, then the rest of those at the last one's position — and
+// the next call's position (0: the scan is over).
+func scanEnd(n, count int, pos func(i int) uint64) (int, uint64) {
+	if n <= count {
+		return n, 0
+	}
+	end := count
+	for end < n && pos(end) == pos(end-1) {
+		end++
+	}
+	if end == n {
+		return n, 0
+	}
+	return end, pos(end)
 }
 
 // cmdQScan: QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n]
@@ -186,7 +278,7 @@ func writeScanReply(c *call, kind byte, done bool, last string, n int, item func
 func cmdQScan(s *Server, c *call) {
 	minLen, maxLen, importRate := int64(-1), int64(-1), int64(-1)
 	haveMin, haveMax, haveRate := false, false, false
-	sa, errReply := parseScan(c.args, cursorQueues, func(opt string, rest [][]byte) (int, bool, string) {
+	sa, errReply := parseScan(c.args, func(opt string, rest [][]byte) (int, bool, string) {
 		switch opt {
 		case "minlen":
 			haveMin = true
@@ -204,35 +296,33 @@ func cmdQScan(s *Server, c *call) {
 		c.conn.WriteError(errReply)
 		return
 	}
-	var names []string
-	after, done := sa.after, false
-	for {
-		limit := sa.count
-		if sa.busyLoop {
-			limit = max(limit, busyLoopPage)
-		}
-		page := c.broker.ScanQueues(after, limit)
-		for _, name := range page {
-			n := c.broker.QueueLen(name)
-			switch {
-			case haveMin && n < minLen, haveMax && n > maxLen:
-				continue
-			case haveRate && importRate > 0:
-				continue // a lone node imports nothing: its rate is 0
-			}
-			names = append(names, name)
-		}
-		if len(page) > 0 {
-			after = page[len(page)-1]
-		}
-		if len(page) < limit {
-			done = true
-		}
-		if done || !sa.busyLoop {
-			break
+	// Every queue, in QSCAN's order, from the cursor on.
+	var order []queueAt
+	for _, name := range c.broker.ScanQueues("", math.MaxInt) {
+		if pos := queuePos(name); pos >= sa.pos {
+			order = append(order, queueAt{pos, name})
 		}
 	}
-	writeScanReply(c, cursorQueues, done, after, len(names), func(i int) {
+	slices.SortFunc(order, func(a, b queueAt) int {
+		return cmp.Or(cmp.Compare(a.pos, b.pos), strings.Compare(a.name, b.name))
+	})
+	count := sa.count
+	if sa.busyLoop {
+		count = len(order)
+	}
+	end, next := scanEnd(len(order), count, func(i int) uint64 { return order[i].pos })
+	var names []string
+	for _, q := range order[:end] {
+		n := c.broker.QueueLen(q.name)
+		switch {
+		case haveMin && n < minLen, haveMax && n > maxLen:
+			continue
+		case haveRate && importRate > 0:
+			continue // a lone node imports nothing: its rate is 0
+		}
+		names = append(names, q.name)
+	}
+	writeScanReply(c, next, len(names), func(i int) {
 		c.conn.WriteBulkString(names[i])
 	})
 }
@@ -281,7 +371,7 @@ func (f *jobStates) match(j *storage.Job) bool {
 func cmdJScan(s *Server, c *call) {
 	var states jobStates
 	queueName, haveQueue, replyAll := "", false, false
-	sa, errReply := parseScan(c.args, cursorJobs, func(opt string, rest [][]byte) (int, bool, string) {
+	sa, errReply := parseScan(c.args, func(opt string, rest [][]byte) (int, bool, string) {
 		switch opt {
 		case "queue", "state", "reply":
 		default:
@@ -315,10 +405,13 @@ func cmdJScan(s *Server, c *call) {
 		c.conn.WriteError(errReply)
 		return
 	}
+	prefix := jobIDPrefix(c.broker.NodeID())
 	var found []*storage.Job
-	after, done := sa.after, false
+	after := jobsFrom(prefix, sa.pos)
+	examined, last, next := 0, uint64(0), uint64(0)
+scan:
 	for {
-		limit := sa.count
+		limit := sa.count + 1 // and the next call's position
 		if sa.busyLoop {
 			limit = max(limit, busyLoopPage)
 		}
@@ -328,22 +421,24 @@ func cmdJScan(s *Server, c *call) {
 			return
 		}
 		for _, j := range page {
+			// COUNT jobs, then those at the last one's position.
+			pos := jobPos(prefix, j.ID)
+			if !sa.busyLoop && examined >= sa.count && pos != last {
+				next = pos
+				break scan
+			}
+			examined, last = examined+1, pos
 			if (!haveQueue || j.Queue == queueName) && states.match(j) {
 				found = append(found, j)
 			}
 		}
-		if len(page) > 0 {
-			after = page[len(page)-1].ID
-		}
 		if len(page) < limit {
-			done = true
-		}
-		if done || !sa.busyLoop {
 			break
 		}
+		after = page[len(page)-1].ID
 	}
 	if !replyAll {
-		writeScanReply(c, cursorJobs, done, after, len(found), func(i int) {
+		writeScanReply(c, next, len(found), func(i int) {
 			c.conn.WriteBulkString(found[i].ID)
 		})
 		return
@@ -365,7 +460,7 @@ func cmdJScan(s *Server, c *call) {
 		}
 		items = append(items, shown{j, body})
 	}
-	writeScanReply(c, cursorJobs, done, after, len(items), func(i int) {
+	writeScanReply(c, next, len(items), func(i int) {
 		writeShow(c, items[i].job, items[i].body)
 	})
 }

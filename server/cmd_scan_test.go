@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/queue"
+	"github.com/diskque/diskque/storage"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -76,24 +80,42 @@ func scanPage(t *testing.T, c *redis.Client, args ...any) (string, []any) {
 	return cursor, items
 }
 
-// scanAll runs a scan to its end, calling between (if not nil) after each
-// call, and returns every item as a string, in the order returned.
+// jsCursor parses a cursor as disqueue-node does, with JavaScript's
+// parseInt, and returns the number it sends back: the reply must be decimal
+// digits, and a number that a float64 holds exactly (parseInt("qTJU")
+// is NaN, and a longer number comes back rounded).
+func jsCursor(t *testing.T, cursor string) uint64 {
+	t.Helper()
+	if cursor == "" || strings.Trim(cursor, "0123456789") != "" {
+		t.Fatalf("cursor %q is not a decimal number", cursor)
+	}
+	f, err := strconv.ParseFloat(cursor, 64)
+	if err != nil || f > 1<<53-1 || strconv.FormatFloat(f, 'f', -1, 64) != strings.TrimLeft(cursor, "0") && cursor != "0" {
+		t.Fatalf("cursor %q does not survive a JavaScript number (%v)", cursor, f)
+	}
+	return uint64(f)
+}
+
+// scanAll runs a scan to its end as disqueue-node does (the cursor read as
+// a number, sent back as a number, last), calling between (if not nil)
+// after each call, and returns every item as a string, in the order
+// returned.
 func scanAll(t *testing.T, c *redis.Client, cmd string, opts []any, between func(step int)) []string {
 	t.Helper()
 	var out []string
-	cursor := "0"
+	cursor := uint64(0)
 	for step := 0; ; step++ {
 		if step > 10000 {
 			t.Fatalf("%s never ended", cmd)
 		}
-		next, items := scanPage(t, c, append([]any{cmd, cursor}, opts...)...)
+		next, items := scanPage(t, c, append(append([]any{cmd}, opts...), cursor)...)
 		for _, it := range items {
 			out = append(out, it.(string))
 		}
-		if next == "0" {
+		cursor = jsCursor(t, next)
+		if cursor == 0 {
 			return out
 		}
-		cursor = next
 		if between != nil {
 			between(step)
 		}
@@ -185,7 +207,7 @@ func TestQScan(t *testing.T) {
 
 	t.Run("count 7 returns each once", func(t *testing.T) {
 		got := scanAll(t, c, "QSCAN", []any{"COUNT", 7}, nil)
-		if !slices.Equal(got, want) {
+		if !slices.Equal(slices.Sorted(slices.Values(got)), want) {
 			t.Fatalf("got %q\nwant %q", got, want)
 		}
 	})
@@ -194,9 +216,10 @@ func TestQScan(t *testing.T) {
 		if cursor == "0" || len(items) != 10 {
 			t.Fatalf("QSCAN COUNT 10 0: %q %v", cursor, items)
 		}
-		_, rest := scanPage(t, c, "qscan", "count", 100, cursor)
-		if len(rest) != 15 || rest[0] != "queue-10" {
-			t.Fatalf("second page: %v", rest)
+		next, rest := scanPage(t, c, "qscan", "count", 100, cursor)
+		got := slices.Sorted(slices.Values(strs(slices.Concat(items, rest))))
+		if next != "0" || len(rest) != 15 || !slices.Equal(got, want) {
+			t.Fatalf("second page: %q %v", next, rest)
 		}
 		if _, items := scanPage(t, c, "QSCAN"); len(items) != 10 {
 			t.Fatalf("QSCAN alone: %v, want COUNT 10", items)
@@ -210,10 +233,7 @@ func TestQScan(t *testing.T) {
 	})
 	t.Run("minlen maxlen", func(t *testing.T) {
 		cursor, items := scanPage(t, c, "QSCAN", "MAXLEN", 2, "BUSYLOOP", "MINLEN", 2)
-		var got []string
-		for _, it := range items {
-			got = append(got, it.(string))
-		}
+		got := slices.Sorted(slices.Values(strs(items)))
 		var exp []string
 		for i, q := range want {
 			if i%4 == 2 {
@@ -235,21 +255,45 @@ func TestQScan(t *testing.T) {
 		}
 	})
 	t.Run("queues come and go", func(t *testing.T) {
-		// Every queue present for the whole scan is returned; queues added
-		// behind or ahead of the cursor may or may not be.
+		// Every queue present for the whole scan is returned exactly once;
+		// queues added or removed meanwhile may or may not be.
+		existed := map[string]bool{}
+		for _, q := range want {
+			existed[q] = true
+		}
+		var doomed []string // jobs whose queues go during the scan
+		for i := range 30 {
+			q := fmt.Sprintf("gone-%02d", i)
+			existed[q] = true
+			doomed = append(doomed, addJob(t, c, q))
+		}
 		seen := map[string]int{}
 		extra := 0
 		for _, q := range scanAll(t, c, "QSCAN", []any{"COUNT", 7}, func(step int) {
 			for range 3 {
 				extra++
-				addJob(t, c, fmt.Sprintf("queue-%02d-%d", extra%25, extra))
+				q := fmt.Sprintf("queue-%02d-%d", extra%25, extra)
+				existed[q] = true
+				addJob(t, c, q)
+			}
+			for range min(2, len(doomed)) {
+				do(t, c, "DELJOB", doomed[0])
+				doomed = doomed[1:]
 			}
 		}) {
 			seen[q]++
+			if !existed[q] {
+				t.Fatalf("QSCAN returned %s, which never existed", q)
+			}
 		}
 		for _, q := range want {
 			if seen[q] != 1 {
 				t.Fatalf("%s returned %d times", q, seen[q])
+			}
+		}
+		for q, n := range seen {
+			if n != 1 {
+				t.Fatalf("%s returned %d times", q, n)
 			}
 		}
 	})
@@ -262,11 +306,20 @@ func TestQScan(t *testing.T) {
 			{[]any{"QSCAN", "COUNT", 0}, "ERR COUNT must be greater than zero"},
 			{[]any{"QSCAN", "COUNT"}, "ERR syntax error"},
 			{[]any{"QSCAN", "MINLEN", "1.5"}, "ERR value is not an integer or out of range"},
-			{[]any{"QSCAN", "BOGUS"}, "ERR syntax error"},
 			{[]any{"QSCAN", 0, 0}, "ERR syntax error"},
-			{[]any{"QSCAN", 17}, "ERR invalid cursor"},
-			{[]any{"QSCAN", "qAAAAAAAAA"}, "ERR invalid cursor"},
-			{[]any{"QSCAN", encodeCursor(cursorJobs, "queue-01")}, "ERR invalid cursor"},
+			{[]any{"QSCAN", 17, "COUNT", 2, 18}, "ERR syntax error"},
+			// Anything neither an option nor a cursor: Disque's one text.
+			{[]any{"QSCAN", "BOGUS"}, "ERR invalid cursor or option name"},
+			{[]any{"QSCAN", 0, "BOGUS"}, "ERR invalid cursor or option name"},
+			{[]any{"QSCAN", "qAAAAAAAAA"}, "ERR invalid cursor or option name"},
+			{[]any{"QSCAN", "-1"}, "ERR invalid cursor or option name"},
+			{[]any{"QSCAN", "+1"}, "ERR invalid cursor or option name"},
+			{[]any{"QSCAN", " 1"}, "ERR invalid cursor or option name"},
+			{[]any{"QSCAN", "1.0"}, "ERR invalid cursor or option name"},
+			{[]any{"QSCAN", "0x10"}, "ERR invalid cursor or option name"},
+			{[]any{"QSCAN", ""}, "ERR invalid cursor or option name"},
+			{[]any{"QSCAN", "9007199254740992"}, "ERR invalid cursor or option name"}, // 2^53
+			{[]any{"QSCAN", "99999999999999999999"}, "ERR invalid cursor or option name"},
 		} {
 			if got := doErr(t, c, tc.args...); got != tc.want {
 				t.Errorf("%v: %q, want %q", tc.args, got, tc.want)
@@ -275,24 +328,99 @@ func TestQScan(t *testing.T) {
 	})
 }
 
-func TestScanCursorRoundTrip(t *testing.T) {
-	for _, item := range []string{"q", "a b\r\n", "D-0123abcd-ABCDEFGHIJKLMNOPQRSTUVWX-0a1b", strings.Repeat("é", 100)} {
-		for _, kind := range []byte{cursorQueues, cursorJobs} {
-			cur := encodeCursor(kind, item)
-			if !looksLikeCursor([]byte(cur)) || strings.ContainsAny(cur, " \r\n") {
-				t.Fatalf("cursor %q of %q is not one argument", cur, item)
+func strs(items []any) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = it.(string)
+	}
+	return out
+}
+
+// JSCAN positions: every position's start is at that position, positions
+// only grow along id order, and an id is at or after a position exactly
+// when it is not less than the position's start, for ids of this node,
+// junk and other nodes alike.
+func TestJobPositions(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	prefix := jobIDPrefix("3f9a1c2e0123456789abcdef0123456789abcdef")
+	if prefix != "D-3f9a1c2e-" || jobIDPrefix("ab") != "D-ab000000-" {
+		t.Fatalf("prefix %q", prefix)
+	}
+	randomPos := func() uint64 {
+		switch rng.IntN(4) {
+		case 0:
+			return uint64(rng.IntN(3))
+		case 1:
+			return maxCursor - uint64(rng.IntN(3))
+		}
+		return rng.Uint64N(maxCursor + 1)
+	}
+	randomID := func() string {
+		switch rng.IntN(5) {
+		case 0: // junk bytes in the random part
+			b := []byte(storage.NewJobID("3f9a1c2e", 60, 1))
+			for range 1 + rng.IntN(3) {
+				b[11+rng.IntN(10)] = byte(rng.IntN(256))
 			}
-			if got, ok := decodeCursor(kind, cur); !ok || got != item {
-				t.Fatalf("decode(encode(%q)) = %q, %v", item, got, ok)
+			return string(b)
+		case 1: // another node
+			return storage.NewJobID(fmt.Sprintf("%08x", rng.Uint32()), 60, 1)
+		case 2: // near a position's start
+			id := jobPosStart(prefix, randomPos()) + strings.Repeat("A", storage.JobIDLen-20)
+			b := []byte(id)
+			b[11+rng.IntN(9)] += byte(rng.IntN(3)) - 1
+			return string(b)
+		}
+		return storage.NewJobID("3f9a1c2e", 60, 1)
+	}
+	for range 20000 {
+		p := randomPos()
+		start := jobPosStart(prefix, p)
+		if got := jobPos(prefix, start); got != p {
+			t.Fatalf("position of the start %q of %d is %d", start, p, got)
+		}
+		if p > 0 && jobPosStart(prefix, p-1) >= start {
+			t.Fatalf("start of %d %q not before that of %d %q", p-1, jobPosStart(prefix, p-1), p, start)
+		}
+		x, y := randomID(), randomID()
+		if x > y {
+			x, y = y, x
+		}
+		if px, py := jobPos(prefix, x), jobPos(prefix, y); px > py {
+			t.Fatalf("%q < %q but positions %d > %d", x, y, px, py)
+		}
+		if p > 0 {
+			from := jobsFrom(prefix, p)
+			if (jobPos(prefix, x) >= p) != (x >= start) || (x >= start) != (x > from) {
+				t.Fatalf("id %q, position %d (start %q, scan after %q): position of the id %d",
+					x, p, start, from, jobPos(prefix, x))
 			}
-			damaged := []byte(cur)
-			damaged[2] ^= 'A' ^ 'B' // another base64url character
-			if _, ok := decodeCursor(kind, string(damaged)); ok {
-				t.Fatalf("a damaged cursor %q decoded", damaged)
-			}
-			if _, ok := decodeCursor(kind^cursorQueues^cursorJobs, cur); ok {
-				t.Fatalf("cursor %q decoded as the other kind", cur)
-			}
+		}
+	}
+}
+
+// scanEnd takes COUNT items and then every item at the last one's
+// position, so that the next call can start at the next position.
+func TestScanEnd(t *testing.T) {
+	for _, tc := range []struct {
+		pos   []uint64
+		count int
+		end   int
+		next  uint64
+	}{
+		{nil, 3, 0, 0},
+		{[]uint64{1, 2, 3}, 3, 3, 0},
+		{[]uint64{1, 2, 3, 4}, 3, 3, 4},
+		{[]uint64{1, 2, 2, 2, 5}, 2, 4, 5},
+		{[]uint64{1, 2, 2, 2}, 2, 4, 0},
+		{[]uint64{7, 7, 7}, 1, 3, 0},
+		{[]uint64{0, 0, 9}, 1, 2, 9},
+	} {
+		end, next := scanEnd(len(tc.pos), tc.count, func(i int) uint64 { return tc.pos[i] })
+		if end != tc.end || next != tc.next {
+			t.Errorf("%v count %d: %d %d, want %d %d", tc.pos, tc.count, end, next, tc.end, tc.next)
 		}
 	}
 }
@@ -371,9 +499,12 @@ func TestJScan(t *testing.T) {
 			{[]any{"JSCAN", "QUEUE"}, "ERR syntax error"},
 			{[]any{"JSCAN", "COUNT", "-1"}, "ERR COUNT must be greater than zero"},
 			{[]any{"JSCAN", "COUNT", "99999999999999999999"}, "ERR value is not an integer or out of range"},
-			{[]any{"JSCAN", "WITHBODIES"}, "ERR syntax error"},
-			{[]any{"JSCAN", "jnotacursor"}, "ERR invalid cursor"},
-			{[]any{"JSCAN", encodeCursor(cursorQueues, "a")}, "ERR invalid cursor"},
+			{[]any{"JSCAN", 0, 5}, "ERR syntax error"},
+			{[]any{"JSCAN", "WITHBODIES"}, "ERR invalid cursor or option name"},
+			{[]any{"JSCAN", "jnotacursor"}, "ERR invalid cursor or option name"},
+			{[]any{"JSCAN", "99999999999999999999"}, "ERR invalid cursor or option name"},
+			{[]any{"JSCAN", "18446744073709551615"}, "ERR invalid cursor or option name"},
+			{[]any{"JSCAN", "9007199254740992"}, "ERR invalid cursor or option name"},
 		} {
 			if got := doErr(t, c, tc.args...); got != tc.want {
 				t.Errorf("%v: %q, want %q", tc.args, got, tc.want)
@@ -428,6 +559,86 @@ func TestJScanWhileJobsComeAndGo(t *testing.T) {
 	for id, n := range seen {
 		if n != 1 {
 			t.Fatalf("job %s returned %d times", id, n)
+		}
+	}
+}
+
+// Jobs that share a JSCAN position (ids alike in their first 9 random
+// characters) come in the same call, whatever COUNT says, and ids of other
+// nodes (sorting before and after this node's) are returned too: every job
+// exactly once, through cursors that are JavaScript numbers. The ids are
+// made up, so the jobs are written to the store before the broker opens it.
+func TestJScanSharedPositionsAndOtherNodes(t *testing.T) {
+	opts := storage.TestingOptions()
+	opts.FS = vfs.Default
+	dir := t.TempDir()
+	st, err := storage.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	var clock storage.CtimeClock
+	var want []string
+	add := func(id string) {
+		t.Helper()
+		j := &storage.Job{ID: id, Queue: "q", State: storage.StateQueued, Ctime: clock.Next(now),
+			Etime: now + 3600_000, Retry: 60, Repl: 1, QueueTime: now + 3600_000}
+		if err := st.Add(j, []byte("body")); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, id)
+	}
+	prefix := jobIDPrefix(st.NodeID())
+	shared := jobPosStart(prefix, 1<<40)
+	for i := range 30 {
+		add(fmt.Sprintf("%s%015d-0001", shared, i))
+	}
+	for range 40 {
+		add(storage.NewJobID(st.NodeID(), 3600, 60))
+	}
+	for range 5 {
+		add(storage.NewJobID("00000000", 3600, 60)) // before this node's
+		add(storage.NewJobID("ffffffff", 3600, 60)) // after
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err = storage.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := queue.New(queue.Options{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go b.Run()
+	t.Cleanup(func() { b.Close(); st.Close() })
+	s, addr := startServer(t)
+	s.SetBroker(b)
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+
+	for _, count := range []int{1, 2, 7, 100} {
+		seen := map[string]int{}
+		cursor, biggest := uint64(0), 0
+		for {
+			next, items := scanPage(t, c, "JSCAN", "COUNT", count, cursor)
+			biggest = max(biggest, len(items))
+			for _, id := range strs(items) {
+				seen[id]++
+			}
+			if cursor = jsCursor(t, next); cursor == 0 {
+				break
+			}
+		}
+		for _, id := range want {
+			if seen[id] != 1 {
+				t.Fatalf("COUNT %d: %s returned %d times", count, id, seen[id])
+			}
+		}
+		if len(seen) != len(want) || biggest < 30 {
+			t.Fatalf("COUNT %d: %d jobs, largest page %d; want %d, and the 30 alike in one page",
+				count, len(seen), biggest, len(want))
 		}
 	}
 }

@@ -39,8 +39,11 @@
 // it, and nobody else's.
 //
 // A store that failed (an AOF write or fsync error) answers writes with
-// -IOERR and still serves reads, and GETJOB hands out durable at-least-once
-// jobs without recording the delivery (queue: deliverWhileFailedLocked);
+// -IOERR, one fixed text (errors.go; the store logs the error, with its
+// paths, once), INFO shows aof_last_write_status:err and aof_state:failed
+// (also for a store opened read-only), and it still serves reads, and
+// GETJOB hands out durable at-least-once jobs without recording the
+// delivery (queue: deliverWhileFailedLocked);
 // the daemon reopens it once the disk works again (cmd/diskque-server
 // node.go), and commands caught by that swap get -LOADING. SetBroker returns
 // a drain that waits for every command still running on the broker it
@@ -60,6 +63,13 @@
 // are refused with "needs a restart"; CONFIG REWRITE saves the config file;
 // CONFIG RESETSTAT zeroes the server's own INFO Stats counters (the
 // broker's job counters stay).
+//
+// QSCAN and JSCAN (cmd_scan.go) keep no state per scan: a cursor is a
+// decimal position below 2^53 in the scan's order (queue-name hash, job
+// id), so that clients that read it as a JavaScript number send it back
+// intact; an item present for the whole scan is returned exactly once. An
+// argument that is neither an option nor a cursor gets Disque's "ERR
+// invalid cursor or option name", a second cursor "ERR syntax error".
 //
 // SLOWLOG GET [n] | LEN | RESET: execute times every command and keeps
 // those slower than slowlog-log-slower-than (default 10ms; negative: off),

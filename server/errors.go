@@ -27,6 +27,12 @@ const (
 	errShuttingDown = "ERR server is shutting down"
 	errInternal     = "ERR internal error" // a handler panicked (mux.go run)
 
+	// A failed store: the same text whatever the error, which wraps the
+	// store's internals and names files; the store logs it (at ERROR, once,
+	// when it fails).
+	errStoreFailed  = "IOERR the store failed (a disk error); writes are refused until the disk works again"
+	errIndexCorrupt = "IOERR the index is corrupt; writes are refused until it is rebuilt from the append-only file"
+
 	errNoAuth        = "NOAUTH Authentication required."
 	errBadPassword   = "ERR invalid password"
 	errNoPasswordSet = "ERR Client sent AUTH, but no password is set"
@@ -61,9 +67,9 @@ func errorReply(err error) string {
 		return errNoSpace
 	case errors.Is(err, storage.ErrIndexCorrupt):
 		// Before ErrFailed, which wraps it once the store has failed.
-		return "IOERR the index is corrupt; writes are refused until it is rebuilt from the append-only file: " + oneLine(err.Error())
+		return errIndexCorrupt
 	case errors.Is(err, storage.ErrFailed):
-		return "IOERR the store failed (a disk error); writes are refused until the disk works again: " + oneLine(err.Error())
+		return errStoreFailed
 	}
 	msg := err.Error()
 	for _, prefix := range []string{"queue: ", "storage: "} {

@@ -159,9 +159,25 @@ func testDiskFailure(t *testing.T, diskErr error) {
 	if err := c.Do(ctx, "ADDJOB", "q", "more", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "IOERR ") {
 		t.Fatalf("ADDJOB while the disk fails: %v, want -IOERR", err)
 	}
+	writeStatus := func() string {
+		t.Helper()
+		info, err := c.Info(ctx, "persistence").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, v, _ := strings.Cut(info, "aof_last_write_status:")
+		v, _, _ = strings.Cut(v, "\r\n")
+		return v
+	}
+	if got := writeStatus(); got != "err" {
+		t.Fatalf("INFO aof_last_write_status while the disk fails: %q, want err", got)
+	}
 	// The disk recovers: the daemon reopens the store and writes resume.
 	disk.set(nil)
 	waitUntil(t, 20*time.Second, "ADDJOB to succeed again", func() bool { return count() > before+100 })
+	if got := writeStatus(); got != "ok" {
+		t.Fatalf("INFO aof_last_write_status once the store is reopened: %q, want ok", got)
+	}
 	stop.Store(true)
 	wg.Wait()
 	n.mu.Lock()
