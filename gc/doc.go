@@ -19,7 +19,10 @@
 // # Invariants
 //
 //   - One collection at a time (the Collector is single-flight); a rewrite
-//     never races another rewrite.
+//     never races another rewrite. Collector.run is held for a whole
+//     collection (its rewrites, checkpoints and compaction) and is taken
+//     before any store lock; the collector reaches the store directly,
+//     without the broker's lock (LOCKS.md at the repository root).
 //   - Only sealed segments that end at or before the durable checkpoint are
 //     rewritten, so the checkpoint that follows a rewrite can remove them.
 //   - Nothing live is lost at any step: a MOVE applies only if the job's

@@ -11,9 +11,9 @@ import (
 	"github.com/diskque/diskque/storage"
 )
 
-// Broker owns all job state: it applies the lifecycle through the store and
-// keeps, next to it, the queue heads, the blocked GETJOB waiters and the
-// timer wheel. See doc.go for the invariants.
+// Broker applies the job lifecycle through the store, which owns the job
+// state, and keeps, next to it, the queue heads, the blocked GETJOB waiters
+// and the timer wheel. See doc.go for who owns what and the invariants.
 type Broker struct {
 	opts Options
 	st   *storage.Store
@@ -26,8 +26,8 @@ type Broker struct {
 	adds addCombiner
 
 	// mu guards everything below. Lock order: Broker.mu, then the store's
-	// internal lock. Store operations are applied under mu (so heads, wheel
-	// and index agree) but waited for outside it.
+	// locks (LOCKS.md). Store operations are applied under mu (so heads,
+	// wheel and index agree) but waited for outside it.
 	mu     sync.Mutex
 	queues map[string]*queueState
 	wheel  *Wheel

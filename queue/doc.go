@@ -1,9 +1,23 @@
-// Package queue is the broker core. Broker owns all job state: it applies
-// the job lifecycle (add, get, ack, nack, enqueue, dequeue, working, delete,
-// expire, requeue, pause) through package storage, and keeps beside the
-// store the little that must be in memory: the head of each queue, the
-// blocked GETJOB clients and the timer wheel of the near future. Its methods
-// speak jobs, not RESP; package server maps commands onto them.
+// Package queue is the broker core. Broker applies the job lifecycle (add,
+// get, ack, nack, enqueue, dequeue, working, delete, expire, requeue,
+// pause) through package storage, and keeps beside the store the little
+// that must be in memory: the head of each queue, the blocked GETJOB
+// clients and the timer wheel of the near future. Its methods speak jobs,
+// not RESP; package server maps commands onto them.
+//
+// # Who owns what
+//
+// Package storage owns the job state: the state machine (which transitions
+// are valid) and every job's state, queue position and schedule, in the
+// index and the AOF. The broker owns the in-memory views derived from them
+// — heads, waiters, wheel — and is the only caller that changes a job's
+// state, position or events, always under Broker.mu, so the views agree
+// with the index. Others reach the store directly, without Broker.mu: the
+// store's own checkpoint and package gc's collector write records (MOVE,
+// SNAP, TOMB, META) that change where a body is and what a replay needs,
+// never a job's state, position or events, so the views stay true; reads
+// that need no view (SHOW, QLEN, QPEEK, JSCAN, a pause state) and package
+// server's INFO, metrics and disk guard read the store directly.
 //
 // # Memory holds only heads and the near future
 //
@@ -69,8 +83,12 @@
 //
 // # Concurrency
 //
-// Broker's methods are safe for concurrent use. Lock order: Broker.mu, then
-// the store's internal locks. Head and Wheel are not safe for concurrent use;
+// Broker's methods are safe for concurrent use. Lock order: the add
+// combiner's round, then Broker.mu, then the store's locks (LOCKS.md at the
+// repository root has them all). Broker.mu is held for what the store does
+// under its own lock — index reads, and a write-buffer flush that may wait
+// in a Pebble write stall — and for the body reads above, never for a
+// durability wait. Head and Wheel are not safe for concurrent use;
 // the broker guards them. Concurrent AddJobs calls are merged: the calls
 // waiting while one round is applied become the next round, one store batch
 // of up to 1024 jobs (add.go, addCombiner); a call returns only once its own

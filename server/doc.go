@@ -107,5 +107,9 @@
 // clients.
 //
 // A Server is safe for concurrent use; each connection is served by its own
-// goroutine.
+// goroutine. Server.mu, client.mu, monMu and a monitor's mu are leaves
+// (slowlog.mu takes client.mu); no server lock is held while a command
+// runs on the broker. INFO, metrics and the disk guard read the store
+// directly, through the broker reference that keeps it open. LOCKS.md at
+// the repository root lists every lock and its order.
 package server

@@ -162,8 +162,9 @@ func (s *Store) apply(ops []*op, res []Result) Pending {
 		}
 		s.prepareRecord(o, old, nj)
 		// Enqueueing fixes the record's LSN (the body's address for an
-		// add); it does no I/O, so holding mu keeps log and index order
-		// the same.
+		// add); it does no I/O (it waits only while more than MaxPending
+		// bytes wait for the AOF writer), so holding mu keeps log and
+		// index order the same.
 		s.scratch = encodeOp(s.scratch[:0], o)
 		var lsn wal.LSN
 		lsn, end, failure = s.log.Enqueue(wal.Record{Type: o.typ, Payload: s.scratch})

@@ -158,6 +158,16 @@
 // IndexMetrics, which return no error, return what is in memory and empty
 // metrics).
 //
+// The commit lock is held for the index's I/O, not for durability: the
+// Pebble reads and scan merges above, and a write-buffer flush, which
+// Pebble may hold in a write stall until a memtable flush (and so the AOF
+// fsync of its FlushBegin hook) is done. The store owns the job state
+// machine and every change to it goes through the commit lock, whoever
+// applies it: package queue's broker for the lifecycle, the checkpoint and
+// package gc's collector for the records that move bodies and carry state
+// forward. LOCKS.md at the repository root lists every lock, the order, and
+// what each is held across.
+//
 // # In memory
 //
 // Options{FS: vfs.NewMem()} keeps the whole store in memory: Disque's

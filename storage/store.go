@@ -28,8 +28,13 @@ type Store struct {
 
 	// mu serialises state changes: reading a job, checking the transition,
 	// enqueueing its record and applying its batch happen under mu, so AOF
-	// order and index order agree. Lock order: mu, then wal's internal lock.
-	// mu is never held while waiting for I/O.
+	// order and index order agree. Lock order: closeMu, ckptMu, mu, then
+	// wal's and Pebble's locks (LOCKS.md). mu is never held for an
+	// operation's durability (Pending.Wait), but it is held for I/O: Pebble
+	// reads past the job cache and the buffer, a scan page's merge, a buffer
+	// flush (Batch.Commit, which may wait in a Pebble write stall for a
+	// flush, and so for the AOF fsync of FlushBegin), and Enqueue's
+	// back-pressure (more than wal MaxPending waiting for the writer).
 	mu      sync.Mutex
 	applied wal.LSN // end of the last record applied to the index
 	failed  error   // sticky: the index and the log may disagree; reopen
@@ -67,8 +72,11 @@ type Store struct {
 	// goroutines.
 	logRef atomic.Pointer[wal.Log]
 
-	ckptMu      sync.Mutex // one checkpoint at a time
-	lastCkptEnd wal.LSN    // AOF end at the last checkpoint
+	// ckptMu: one checkpoint at a time. Held across the checkpoint's I/O
+	// (the forward records' fsync, the index flush, segment removal);
+	// taken after the pin and before mu.
+	ckptMu      sync.Mutex
+	lastCkptEnd wal.LSN // AOF end at the last checkpoint
 	// durableApplied is the applied LSN of the index on disk: the last
 	// checkpoint's (or what Open found). Segments ending at or before it
 	// are never replayed again. Guarded by mu.

@@ -147,6 +147,10 @@
 //
 // All methods of Log are safe for concurrent use. Enqueue never performs I/O,
 // so callers may hold their own locks around it to fix the order of records;
+// but it blocks while more than Options.MaxPending bytes wait for the
+// writer (back-pressure), and the caller's lock is held that long.
 // Wait, Append and Sync block and must not be called under such locks if the
-// writer could need them (it needs none of the caller's).
+// writer could need them (it needs none of the caller's). Reads hold the
+// reader cache's shared lock across their pread. LOCKS.md at the
+// repository root lists every lock and its order.
 package wal

@@ -17,8 +17,10 @@ type Log struct {
 	opts Options
 	dir  string
 
-	// mu guards everything below it. Lock order: Log.mu is a leaf; the writer
-	// goroutine never holds it while doing I/O.
+	// mu guards everything below it. Lock order: Log.mu is taken after
+	// every lock of the log's callers (LOCKS.md), and only keptMu is taken
+	// under it; the writer goroutine never holds it while doing I/O, and
+	// the waits on cond release it.
 	mu   sync.Mutex
 	cond *sync.Cond // broadcast when written, synced, pending or err change
 	// segs are the segments in log order; the last is the active one. A
