@@ -9,7 +9,8 @@ import (
 	"github.com/diskque/diskque/storage"
 )
 
-// The RESP error replies. Texts follow shared/SPEC.md to the letter.
+// The RESP error replies. Texts follow Disque's to the letter where Disque
+// fixed them (COMPATIBILITY.md).
 const (
 	errNoSpace      = "NOSPACE Not enough free disk space to accept new jobs (min-free-disk), try later"
 	errOOM          = "OOM command not allowed when used memory > 'maxmemory'."
