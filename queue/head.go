@@ -93,7 +93,7 @@ func (h *Head) Insert(p storage.QueuePos) bool {
 // whether the entry was in memory.
 func (h *Head) Remove(p storage.QueuePos) bool {
 	live := h.entries[h.start:]
-	i, found := slices.BinarySearchFunc(live, p, cmpPos)
+	i, found := slices.BinarySearchFunc(live, p, storage.QueuePos.Compare)
 	if !found {
 		return false
 	}
@@ -130,7 +130,7 @@ func (h *Head) Entries() []storage.QueuePos {
 
 func (h *Head) insertSorted(p storage.QueuePos) {
 	live := h.entries[h.start:]
-	i, found := slices.BinarySearchFunc(live, p, cmpPos)
+	i, found := slices.BinarySearchFunc(live, p, storage.QueuePos.Compare)
 	if found {
 		return
 	}
@@ -147,22 +147,9 @@ func (h *Head) trim() {
 }
 
 func (h *Head) contains(p storage.QueuePos) bool {
-	_, found := slices.BinarySearchFunc(h.entries[h.start:], p, cmpPos)
+	_, found := slices.BinarySearchFunc(h.entries[h.start:], p, storage.QueuePos.Compare)
 	return found
 }
 
-func cmpPos(a, b storage.QueuePos) int {
-	switch {
-	case a.Ctime < b.Ctime:
-		return -1
-	case a.Ctime > b.Ctime:
-		return 1
-	case a.ID < b.ID:
-		return -1
-	case a.ID > b.ID:
-		return 1
-	}
-	return 0
-}
 
-func less(a, b storage.QueuePos) bool { return cmpPos(a, b) < 0 }
+func less(a, b storage.QueuePos) bool { return a.Compare(b) < 0 }

@@ -26,7 +26,7 @@ func TestHeadAgainstModel(t *testing.T) {
 			after, ok := h.Last()
 			i := 0
 			if ok {
-				i, _ = slices.BinarySearchFunc(disk, after, cmpPos)
+				i, _ = slices.BinarySearchFunc(disk, after, storage.QueuePos.Compare)
 				if i < len(disk) && disk[i] == after {
 					i++
 				}
@@ -87,7 +87,7 @@ func TestHeadAgainstModel(t *testing.T) {
 }
 
 func insertPos(s []storage.QueuePos, p storage.QueuePos) []storage.QueuePos {
-	i, found := slices.BinarySearchFunc(s, p, cmpPos)
+	i, found := slices.BinarySearchFunc(s, p, storage.QueuePos.Compare)
 	if found {
 		return s
 	}

@@ -1,13 +1,11 @@
 package storage
 
 import (
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/diskque/diskque/wal"
@@ -347,7 +345,7 @@ func (s *Store) queueValuesLocked(entries []QueueEntry, fn func(k int, j *Job)) 
 		}
 		byQueue[e.Queue] = append(byQueue[e.Queue], wanted{e.Pos, k})
 	}
-	cmpWanted := func(a, b wanted) int { return cmpQueuePos(a.pos, b.pos) }
+	cmpWanted := func(a, b wanted) int { return a.pos.Compare(b.pos) }
 	for queue, want := range byQueue {
 		if len(want) == 1 {
 			// One key: a point lookup (bloom filters) is cheaper than an
@@ -415,13 +413,6 @@ func (s *Store) getQueueValue(queue string, p QueuePos, fn func(j *Job)) error {
 	}
 	fn(j)
 	return nil
-}
-
-func cmpQueuePos(a, b QueuePos) int {
-	if c := cmp.Compare(a.Ctime, b.Ctime); c != 0 {
-		return c
-	}
-	return strings.Compare(a.ID, b.ID)
 }
 
 // prepareRecord completes what a live operation's record carries from the

@@ -1,9 +1,11 @@
 package storage
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -170,6 +172,14 @@ func bodyOf(j *Job, r wal.Record) ([]byte, error) {
 type QueuePos struct {
 	Ctime uint64
 	ID    string
+}
+
+// Compare orders positions as a queue does: by ctime, then by id.
+func (p QueuePos) Compare(q QueuePos) int {
+	if c := cmp.Compare(p.Ctime, q.Ctime); c != 0 {
+		return c
+	}
+	return strings.Compare(p.ID, q.ID)
 }
 
 // QueueRange returns up to limit queued entries of queue in order, oldest

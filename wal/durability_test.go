@@ -89,7 +89,7 @@ func TestFailedWriteOrSyncPoisonsLog(t *testing.T) {
 				"sync":    l.Sync,
 				"wait":    func() error { return l.WaitSynced(l.End()) },
 				"truncate": func() error {
-					return l.TruncateFront(durable[len(durable)-1].end)
+					return truncateFront(l, durable[len(durable)-1].end)
 				},
 			} {
 				if err := call(); !errors.Is(err, ErrPoisoned) {

@@ -593,18 +593,3 @@ func (l *Log) removeFiles(drop []segment) error {
 	}
 	return nil
 }
-
-// TruncateFront removes every whole segment that ends at or before lsn: the
-// front of the log, by RemoveSegments. The active segment is never removed.
-// Segments are removed oldest first, so a crash midway leaves a contiguous
-// log.
-func (l *Log) TruncateFront(lsn LSN) error {
-	var firsts []LSN
-	for _, seg := range l.Segments() {
-		if seg.First+LSN(seg.Size) > lsn {
-			break
-		}
-		firsts = append(firsts, seg.First)
-	}
-	return l.RemoveSegments(firsts)
-}

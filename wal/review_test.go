@@ -168,7 +168,7 @@ func TestSyncHandleLetsGoOfSealedSegments(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := l.TruncateFront(l.Segments()[1].First); err != nil {
+	if err := truncateFront(l, l.Segments()[1].First); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tfs.Stat(crashDir + "/" + segmentName(0)); err == nil {
