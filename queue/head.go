@@ -151,5 +151,4 @@ func (h *Head) contains(p storage.QueuePos) bool {
 	return found
 }
 
-
 func less(a, b storage.QueuePos) bool { return a.Compare(b) < 0 }
