@@ -25,7 +25,11 @@
 // Limits: MaxClients connections, MaxJobSize bytes of ADDJOB body (checked
 // before the job reaches the broker, also inside a pipeline), MinFreeDisk
 // (-NOSPACE) and MaxMemory (-OOM), measured in the background (guard.go):
-// they refuse only new jobs, and lift by themselves. Input is bounded before
+// they refuse only new jobs, and lift by themselves. Free disk is read every
+// GuardInterval and, between readings, reduced by what the store wrote since
+// (storage.DiskWrites); every ADDJOB (every pipelined batch) reserves its
+// bytes against that estimate before its record is queued (diskguard.go),
+// so no producer, however fast, writes past the reserve between readings. Input is bounded before
 // redcon buffers it (inputlimit.go): a request announcing a bulk string
 // longer than max-job-size + 1 MiB, more than 1,048,576 arguments or an
 // inline line over 64 KiB gets Redis's protocol error and the connection is
