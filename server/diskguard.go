@@ -133,8 +133,11 @@ func (s *Server) releaseDisk(n int64) {
 
 // collectorRoom is the collector's gc.Room: how many bytes a collection of
 // st may write before the free space under it crosses min-free-disk (with
-// min-free-disk 0, before the disk is full).
+// min-free-disk 0, before the disk is full). It reads the disk afresh (a
+// statfs, once per rewrite batch of up to 1 MiB): a collection asks after
+// a checkpoint that removed segments, which the last reading may predate.
 func (s *Server) collectorRoom(st *storage.Store) (int64, bool) {
+	s.readDisk(st)
 	free, ok := s.diskFree(st)
 	return free - s.guard.minFreeDisk.Load(), ok
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/gc"
 	"github.com/diskque/diskque/internal/spacefs"
 	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/storage"
@@ -166,4 +167,85 @@ func jobIDOf(reply string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// TestBgRewriteAOFKeepsAboveMinFreeDisk: with the disk down to min-free-disk
+// (ADDJOB already refused), BGREWRITEAOF would copy every live body forward
+// and fill the disk; it does not start, says so (-NOSPACE, and INFO's
+// gc_last_skip_reason), and the store is unharmed. Once the jobs are gone,
+// it runs.
+func TestBgRewriteAOFKeepsAboveMinFreeDisk(t *testing.T) {
+	const room, reserve = 16 << 20, 4 << 20
+	st, fs := limitedStore(t, room)
+	s, addr := serveBroker(t, st, Options{MinFreeDisk: reserve, GuardInterval: 5 * time.Millisecond})
+	col, err := gc.New(st, gc.Options{Interval: -1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Close)
+	s.SetCollector(col)
+
+	body := make([]byte, 64<<10)
+	rand.Read(body)
+	stop, added, err := produce(addr, body, 16)
+	if err != nil || !strings.HasPrefix(stop, "-NOSPACE ") {
+		t.Fatalf("filling the disk: %q after %d jobs, %v", truncate(stop, 200), added, err)
+	}
+	rc := dialResp(t, addr)
+	if got := rc.do("BGREWRITEAOF"); !strings.HasPrefix(got, "-NOSPACE Background append only file rewriting not started: ") {
+		t.Fatalf("BGREWRITEAOF %d bytes above min-free-disk with %d bytes of jobs: %q", fs.Free()-reserve, added*len(body), got)
+	}
+	if got := infoField(rc, "storage", "gc_last_skip_reason"); !strings.Contains(got, "would write") {
+		t.Errorf("gc_last_skip_reason:%s", got)
+	}
+	if got := infoField(rc, "storage", "gc_skipped_for_space"); got != "1" {
+		t.Errorf("gc_skipped_for_space:%s, want 1", got)
+	}
+	if got := infoField(rc, "persistence", "aof_rewrite_in_progress"); got != "0" {
+		t.Errorf("aof_rewrite_in_progress:%s after a refused BGREWRITEAOF", got)
+	}
+	if n := fs.Refused(); n > 0 || st.Failing() {
+		t.Fatalf("the disk filled: %d writes got ENOSPC, store failing %v (%v)", n, st.Failing(), st.Err())
+	}
+	if got := rc.do("QLEN q"); got != fmt.Sprintf(":%d", added) {
+		t.Fatalf("QLEN q %s, want %d", got, added)
+	}
+
+	// Most jobs acked: what is left to copy fits.
+	for i := range added - 3 {
+		got := rc.do("GETJOB NOHANG FROM q")
+		id, ok := jobIDOf(got)
+		if !ok {
+			t.Fatalf("GETJOB %d: %q", i, truncate(got, 200))
+		}
+		if got := rc.do("ACKJOB " + id); got != ":1" {
+			t.Fatalf("ACKJOB: %q", got)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := rc.do("BGREWRITEAOF")
+		if got == "+Background append only file rewriting started" {
+			break
+		}
+		if time.Now().After(deadline) { // the guard's next reading is 5 ms away
+			t.Fatalf("BGREWRITEAOF with 3 jobs left: %q", got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for infoField(rc, "storage", "gc_full_collections") != "1" || infoField(rc, "persistence", "aof_rewrite_in_progress") != "0" {
+		if time.Now().After(deadline) {
+			t.Fatal("the collection did not finish")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := infoField(rc, "persistence", "aof_last_bgrewrite_status"); got != "ok" {
+		t.Errorf("aof_last_bgrewrite_status:%s", got)
+	}
+	if n := fs.Refused(); n > 0 || st.Failing() {
+		t.Fatalf("after the collection: %d writes got ENOSPC, store failing %v (%v)", n, st.Failing(), st.Err())
+	}
+	if got := rc.do("QLEN q"); got != ":3" {
+		t.Fatalf("QLEN q %s after the collection, want 3", got)
+	}
 }

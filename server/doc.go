@@ -76,6 +76,10 @@
 // applied_lsn, the Pebble index's size, L0 files, memtable bytes and block
 // cache hit rate, and the segment collector's gc_* counters (collections,
 // segments rewritten and removed, bodies and bytes moved, bytes reclaimed).
+// gc_skipped_for_space and gc_last_skip_reason tell the collections that
+// min-free-disk kept from starting, cut or stopped (SetCollector gives the
+// collector the disk's room above it), and BGREWRITEAOF answers -NOSPACE
+// when a full collection would cross it.
 // BGREWRITEAOF starts a full collection (package gc) and replies at once;
 // Persistence's aof_rewrite_in_progress follows it. CPU stays last, as in Disque, because disqueue-node
 // drops the last line of the last section (cmdInfo says how): it loses
