@@ -97,31 +97,42 @@ func (s *Server) reserveAddJobs(st *storage.Store, args [][]byte, rest []redcon.
 	if min <= 0 {
 		return rest, 0, true
 	}
+	// Reserve first and look after, so that two batches racing for the
+	// last room cannot both have it.
+	total := jobDiskBytes(args)
+	for _, next := range rest {
+		total += jobDiskBytes(next.Args)
+	}
+	s.guard.diskReserved.Add(total)
 	free, known := s.diskFree(st)
 	if !known {
+		s.guard.diskReserved.Add(-total)
 		return rest, 0, true
 	}
-	room := free - min
-	total := jobDiskBytes(args)
-	if total > room {
+	if free >= min {
+		return rest, total, true // the whole batch fits: the common case
+	}
+	// Near the reserve: keep the head of the batch that fits.
+	s.guard.diskReserved.Add(-total)
+	room := free + total - min
+	kept := jobDiskBytes(args)
+	if kept > room {
 		return rest, 0, false
 	}
 	for i, next := range rest {
 		n := jobDiskBytes(next.Args)
-		if total+n > room {
+		if kept+n > room {
 			rest = rest[:i]
 			break
 		}
-		total += n
+		kept += n
 	}
-	// Others may have reserved since diskFree: look again with this
-	// reservation counted, and back off if they took the room.
-	s.guard.diskReserved.Add(total)
-	if free, _ := s.diskFree(st); free < min {
-		s.guard.diskReserved.Add(-total)
+	s.guard.diskReserved.Add(kept)
+	if free, _ := s.diskFree(st); free < min { // others took it meanwhile
+		s.guard.diskReserved.Add(-kept)
 		return rest, 0, false
 	}
-	return rest, total, true
+	return rest, kept, true
 }
 
 // releaseDisk gives back a reservation of reserveAddJobs.
