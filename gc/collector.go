@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/diskque/diskque/storage"
@@ -83,7 +84,24 @@ type Stats struct {
 	Running         bool // a collection is running now
 	Last            Report
 	LastErr         error
+	// SkippedForSpace counts the collections that were not started, cut
+	// down or stopped because they would have written past the room the
+	// Room function gave (min-free-disk); LastSkip says why the last one
+	// was, with the figures ("" before the first).
+	SkippedForSpace int64
+	LastSkip        string
 }
+
+// A Room reports how many bytes a collection of st may write before the
+// free disk space under it falls below the reserve the server keeps
+// (min-free-disk): negative when it is below already; ok false when it
+// cannot tell (an in-memory store), and then a collection is not limited.
+type Room func(st *storage.Store) (bytes int64, ok bool)
+
+// ErrNoRoom is returned by Start and Collect for a full collection that
+// would write more than the Room allows, and by a collection stopped
+// before it would cross it; nothing was lost (see Stats.LastSkip).
+var ErrNoRoom = errors.New("gc: not enough free disk space above min-free-disk")
 
 // ErrBusy is returned by Start when a collection is already running.
 var ErrBusy = errors.New("gc: a collection is already running")
@@ -109,6 +127,12 @@ type Collector struct {
 	// Previous); nil before the first, when there is no history. Guarded by
 	// run.
 	seen map[wal.LSN]int64
+
+	// room, when set (SetRoom), keeps collections within the disk's room.
+	room atomic.Pointer[Room]
+	// skipping: the last background collection was cut for space (its
+	// log line is at WARN once, then DEBUG).
+	skipping atomic.Bool
 
 	done chan struct{}  // closed when the background loop has returned
 	wg   sync.WaitGroup // collections started by Start
@@ -180,13 +204,22 @@ func (c *Collector) Close() {
 
 // Collect runs one collection now and returns what it did, waiting for a
 // running one to finish first. full rewrites every sealed segment that
-// still holds a live body, with no bound on the bytes moved (BGREWRITEAOF);
-// otherwise the Options' policy applies.
+// still holds a live body, with no bound on the bytes moved (BGREWRITEAOF)
+// — unless that would write past the Room (SetRoom): then it does not
+// start and returns ErrNoRoom; otherwise the Options' policy applies.
 func (c *Collector) Collect(full bool) (Report, error) {
 	c.run.Lock()
 	defer c.run.Unlock()
 	if c.isClosed() {
 		return Report{}, ErrClosed
+	}
+	if full {
+		// Not past the reserve (min-free-disk); checked before the
+		// checkpoint a full collection starts with, which writes too.
+		if err := c.fullFits(); err != nil {
+			c.noteSkip(true, err.Error())
+			return Report{Full: true}, err
+		}
 	}
 	return c.collectLocked(full)
 }
@@ -197,8 +230,116 @@ func (c *Collector) isClosed() bool {
 	return c.closed
 }
 
+// SetRoom makes every later collection keep within r: a collection that
+// would write more than r allows does not start (a full one) or takes only
+// the segments that fit (a background one), and a rewrite stops before a
+// batch that would cross it. A server sets it from its min-free-disk. nil:
+// no limit (the default).
+func (c *Collector) SetRoom(r Room) {
+	if r == nil {
+		c.room.Store(nil)
+		return
+	}
+	c.room.Store(&r)
+}
+
+// roomNow is the room left, or ok false when there is no limit.
+func (c *Collector) roomNow() (int64, bool) {
+	r := c.room.Load()
+	if r == nil {
+		return 0, false
+	}
+	return (*r)(c.st)
+}
+
+// fullFits says whether a full collection would fit the room: every sealed
+// segment's rewrite (the checkpoint a full collection starts with makes
+// them all eligible), counting as room the dead segments that checkpoint
+// removes first. (After the checkpoint, fit checks again.) The error says
+// why not.
+func (c *Collector) fullFits() error {
+	room, ok := c.roomNow()
+	if !ok {
+		return nil
+	}
+	need, dead := int64(0), int64(0)
+	for _, seg := range c.st.Stats().Segments {
+		switch {
+		case seg.Active:
+		case seg.LiveBodies > 0 || seg.Held > 0:
+			need += seg.RewriteDiskBytes()
+		default:
+			dead += seg.Size
+		}
+	}
+	if need > room+dead {
+		return fmt.Errorf("%w: a full collection would write %d bytes; %d are free above it, and %d more once the dead segments are removed",
+			ErrNoRoom, need, max(room, 0), dead)
+	}
+	return nil
+}
+
+// noteSkipLocked records a collection cut for space; c.mu is held.
+func (c *Collector) noteSkipLocked(full bool, reason string) {
+	c.stats.SkippedForSpace++
+	c.stats.LastSkip = reason
+	if full || !c.skipping.Swap(true) {
+		c.opts.Logger.Warn("gc: collection limited by min-free-disk", "full", full, "reason", reason)
+	} else {
+		c.opts.Logger.Debug("gc: collection limited by min-free-disk", "full", full, "reason", reason)
+	}
+}
+
+func (c *Collector) noteSkip(full bool, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.noteSkipLocked(full, reason)
+}
+
+// fit keeps of picks (in order) the segments whose rewrites fit the room,
+// each taken only if it fits beside those before it; a full collection
+// takes all or none. The reason is "" when nothing was left out.
+func (c *Collector) fit(picks []wal.LSN, segs []storage.SegmentStat, full bool) (_ []wal.LSN, reason string) {
+	room, ok := c.roomNow()
+	if !ok || len(picks) == 0 {
+		return picks, ""
+	}
+	need := make(map[wal.LSN]int64, len(segs))
+	for _, seg := range segs {
+		need[seg.First] = seg.RewriteDiskBytes()
+	}
+	var out []wal.LSN
+	total, all := int64(0), int64(0)
+	for _, first := range picks {
+		all += need[first]
+		if total+need[first] <= room {
+			out = append(out, first)
+			total += need[first]
+		}
+	}
+	switch {
+	case len(out) == len(picks):
+		return picks, ""
+	case full:
+		return nil, fmt.Sprintf("full collection not started: it would write %d bytes and %d are free above min-free-disk", all, max(room, 0))
+	case len(out) == 0:
+		return nil, fmt.Sprintf("collection not started: its %d segments would write %d bytes and %d are free above min-free-disk", len(picks), all, max(room, 0))
+	}
+	return out, fmt.Sprintf("collection cut to %d of %d segments: all would write %d bytes and %d are free above min-free-disk", len(out), len(picks), all, max(room, 0))
+}
+
+// allow is the rewrite's check before each batch (RewriteSegmentWithin).
+func (c *Collector) allow(n int64) error {
+	if room, ok := c.roomNow(); ok && n > room {
+		return fmt.Errorf("%w: the next batch would write %d bytes and %d are free above it", ErrNoRoom, n, max(room, 0))
+	}
+	return nil
+}
+
 // Start runs a collection in the background and returns at once; ErrBusy if
-// one is running, ErrClosed after Close. Its outcome is in Stats.
+// one is running, ErrClosed after Close, ErrNoRoom (wrapped, with the
+// figures) for a full collection that would write past the Room: then
+// nothing starts. Its outcome is in Stats.
 func (c *Collector) Start(full bool) error {
 	// Under mu: Close sets closed under mu before it waits, so its Wait
 	// never runs beside this Add, and Stats (which tries run under mu)
@@ -210,6 +351,13 @@ func (c *Collector) Start(full bool) error {
 	}
 	if !c.run.TryLock() {
 		return ErrBusy
+	}
+	if full {
+		if err := c.fullFits(); err != nil {
+			c.run.Unlock()
+			c.noteSkipLocked(true, err.Error())
+			return err
+		}
 	}
 	c.wg.Add(1)
 	go func() {
@@ -271,24 +419,46 @@ func (c *Collector) collectLocked(full bool) (rep Report, err error) {
 		}
 		segs = c.st.Stats().Segments
 	}
-	for _, first := range pick(segs, policy) {
-		res, err := c.st.RewriteSegment(c.ctx, first)
+	picks, skip := c.fit(pick(segs, policy), segs, full)
+	if skip != "" {
+		c.noteSkip(full, skip)
+		if full {
+			return rep, fmt.Errorf("%w: %s", ErrNoRoom, skip)
+		}
+	} else if !full {
+		c.skipping.Store(false)
+	}
+	var stopped error
+	for i, first := range picks {
+		res, err := c.st.RewriteSegmentWithin(c.ctx, first, c.allow)
+		rep.BodiesMoved += res.Moved
+		rep.BytesMoved += res.MovedBytes
 		if errors.Is(err, context.Canceled) {
 			// Closing: what was moved is safe; the next checkpoint (Close
 			// makes one) removes what was fully rewritten.
 			return rep, nil
 		}
+		if errors.Is(err, ErrNoRoom) {
+			// Others wrote meanwhile: stop before the reserve. What was
+			// moved is safe; the segment stays for a later collection.
+			stopped = fmt.Errorf("collection stopped after %d of %d segments: %w", i, len(picks), err)
+			c.noteSkip(full, stopped.Error())
+			break
+		}
 		if err != nil {
 			return rep, fmt.Errorf("gc: rewrite segment %016x: %w", uint64(first), err)
 		}
 		rep.Rewritten++
-		rep.BodiesMoved += res.Moved
-		rep.BytesMoved += res.MovedBytes
 	}
 	if rep.Rewritten > 0 || full {
+		// Removes the segments rewritten (even when stopped: they are
+		// what gives the room back).
 		if err := c.st.Checkpoint(); err != nil {
 			return rep, err
 		}
+	}
+	if stopped != nil && full {
+		return rep, stopped
 	}
 	if c.opts.CompactAfterDeletes > 0 || full {
 		deletes := c.st.Stats().Collect.OrderDeletes

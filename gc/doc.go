@@ -32,6 +32,15 @@
 //   - Work per collection is bounded (MaxMoveBytes), so a background
 //     collection never holds the disk for long; a full collection
 //     (BGREWRITEAOF) rewrites every sealed segment with a live body.
+//   - A collection never writes past the disk's room (SetRoom: a server's
+//     min-free-disk). A rewrite writes its live bodies before the
+//     checkpoint after it frees their segment, so on a nearly full disk it
+//     is what would fill it: a full collection that would write more than
+//     the room (counting the dead segments its first checkpoint removes)
+//     does not start (ErrNoRoom); a background one takes only the picked
+//     segments whose rewrites fit; and a rewrite asks before every batch,
+//     stopping before one that would cross (others wrote meanwhile). Stats
+//     counts these (SkippedForSpace) and says why (LastSkip).
 //
 // # Bound
 //

@@ -48,6 +48,11 @@ func cmdBgRewriteAOF(s *Server, c *call) {
 	switch err := col.Start(true); {
 	case errors.Is(err, gc.ErrBusy):
 		c.conn.WriteError("ERR Background append only file rewriting already in progress")
+	case errors.Is(err, gc.ErrNoRoom):
+		// Copying the live bodies forward would take the disk below
+		// min-free-disk: nothing started (INFO gc_last_skip_reason).
+		c.conn.WriteError("NOSPACE Background append only file rewriting not started: " +
+			strings.TrimPrefix(err.Error(), "gc: "))
 	case err != nil:
 		c.conn.WriteError(errorReply(err))
 	default:
@@ -462,6 +467,8 @@ func (s *Server) collectorInfo() []string {
 		fmt.Sprintf("gc_segments_removed:%d", st.SegmentsRemoved),
 		fmt.Sprintf("gc_bytes_reclaimed:%d", st.BytesReclaimed),
 		fmt.Sprintf("gc_index_compactions:%d", st.IndexCompactions),
+		fmt.Sprintf("gc_skipped_for_space:%d", cs.SkippedForSpace),
+		"gc_last_skip_reason:" + oneLine(cs.LastSkip),
 	}
 }
 

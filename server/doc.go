@@ -26,7 +26,11 @@
 // Limits: MaxClients connections, MaxJobSize bytes of ADDJOB body (checked
 // before the job reaches the broker, also inside a pipeline), MinFreeDisk
 // (-NOSPACE) and MaxMemory (-OOM), measured in the background (guard.go):
-// they refuse only new jobs, and lift by themselves. Input is bounded before
+// they refuse only new jobs, and lift by themselves. Free disk is read every
+// GuardInterval and, between readings, reduced by what the store wrote since
+// (storage.DiskWrites); every ADDJOB (every pipelined batch) reserves its
+// bytes against that estimate before its record is queued (diskguard.go),
+// so no producer, however fast, writes past the reserve between readings. Input is bounded before
 // redcon buffers it (inputlimit.go): a request announcing a bulk string
 // longer than max-job-size + 1 MiB, more than 1,048,576 arguments or an
 // inline line over 64 KiB gets Redis's protocol error and the connection is
@@ -83,6 +87,10 @@
 // applied_lsn, the Pebble index's size, L0 files, memtable bytes and block
 // cache hit rate, and the segment collector's gc_* counters (collections,
 // segments rewritten and removed, bodies and bytes moved, bytes reclaimed).
+// gc_skipped_for_space and gc_last_skip_reason tell the collections that
+// min-free-disk kept from starting, cut or stopped (SetCollector gives the
+// collector the disk's room above it), and BGREWRITEAOF answers -NOSPACE
+// when a full collection would cross it.
 // BGREWRITEAOF starts a full collection (package gc) and replies at once;
 // Persistence's aof_rewrite_in_progress follows it. CPU stays last, as in Disque, because disqueue-node
 // drops the last line of the last section (cmdInfo says how): it loses

@@ -12,12 +12,18 @@ import (
 // maxmemory. Everything else — GETJOB, ACKJOB, reads — goes on, and the
 // refusals lift by themselves when space or memory comes back. The
 // measures are taken every GuardInterval by one goroutine, so the hot path
-// only reads two flags.
+// only reads two flags — and, for the disk, reserves its ADDJOB's bytes
+// against the last reading less what the store wrote since (diskguard.go),
+// so a producer faster than the interval cannot fill the disk between two.
 type guard struct {
 	minFreeDisk atomic.Int64 // bytes; 0: off
 	maxMemory   atomic.Int64 // bytes; 0: off
 	noSpace     atomic.Bool
 	oom         atomic.Bool
+	// The disk accounting (diskguard.go): the last reading of free space,
+	// and the bytes reserved by ADDJOBs in flight.
+	disk         atomic.Pointer[diskReading]
+	diskReserved atomic.Int64
 }
 
 // SetMinFreeDisk changes min-free-disk in bytes (0 turns the check off).
@@ -42,18 +48,9 @@ func (s *Server) runGuard(every time.Duration) {
 
 func (s *Server) measure() {
 	g := &s.guard
-	noSpace := false
-	if min := g.minFreeDisk.Load(); min > 0 {
-		if ref := s.useBroker(); ref != nil {
-			b := ref.broker()
-			// An in-memory store (or a filesystem that cannot tell) has no
-			// disk to run out of.
-			if u, err := b.Store().DiskUsage(); err == nil {
-				noSpace = int64(u.AvailBytes) < min
-			}
-			ref.done()
-		}
-	}
+	// An in-memory store (or a filesystem that cannot tell) has no disk to
+	// run out of.
+	noSpace := s.measureDisk()
 	if noSpace != g.noSpace.Load() {
 		g.noSpace.Store(noSpace)
 		s.logGuard("min-free-disk", noSpace, g.minFreeDisk.Load())

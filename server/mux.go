@@ -110,6 +110,13 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 			return 1
 		}
 		rest = s.addJobBatchable(rest)
+		var reserved int64
+		var ok bool
+		if rest, reserved, ok = s.reserveAddJobs(b.Store(), args, rest); !ok {
+			conn.WriteError(errNoSpace)
+			return 1
+		}
+		defer s.releaseDisk(reserved)
 	}
 	c := &call{args: args, broker: b, client: cl, rest: rest}
 	c.reply.Conn = conn

@@ -197,8 +197,15 @@ func (s *Server) SetMaxJobSize(n int64) { s.maxJobSize.Store(n) }
 func (s *Server) password() string { return *s.requirePass.Load() }
 
 // SetCollector gives the server the store's segment collector, which
-// BGREWRITEAOF starts and INFO reports on. Call it before SetBroker.
-func (s *Server) SetCollector(c *gc.Collector) { s.collector.Store(c) }
+// BGREWRITEAOF starts and INFO reports on, and keeps its collections above
+// min-free-disk (gc.Collector.SetRoom, diskguard.go). Call it before
+// SetBroker.
+func (s *Server) SetCollector(c *gc.Collector) {
+	if c != nil {
+		c.SetRoom(s.collectorRoom)
+	}
+	s.collector.Store(c)
+}
 
 // Serve accepts connections on ln until Close. It returns nil after Close.
 func (s *Server) Serve(ln net.Listener) error {

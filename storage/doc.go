@@ -114,6 +114,12 @@
 // Pebble charges its memtables to its block cache, so the store sizes that
 // cache for two memtables beside Options.CacheSize.
 //
+// DiskWrites counts every byte the store gives its files — the AOF's
+// records (by LSN, queued and written) and the index's files (counted as
+// Pebble writes them, through the fence's files) — so that a caller that
+// reads free disk space now and then (a server's min-free-disk) can tell
+// how much of it the store has used since.
+//
 // # Invariants
 //
 //   - A job has a q/ key if and only if its state is queued, and the key's

@@ -33,6 +33,9 @@ type fenceFS struct {
 	cause    atomic.Pointer[error]
 	released chan struct{} // closed by release
 	once     sync.Once
+	// written counts the bytes written to the files it opened for
+	// writing (Store.DiskWrites).
+	written atomic.Int64
 }
 
 func newFenceFS(fs vfs.FS) *fenceFS { return &fenceFS{FS: fs, released: make(chan struct{})} }
@@ -61,7 +64,7 @@ func (f *fenceFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error)
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	return f.FS.Create(name, c)
+	return f.count(f.FS.Create(name, c))
 }
 
 func (f *fenceFS) Link(oldname, newname string) error {
@@ -82,14 +85,22 @@ func (f *fenceFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	return f.FS.ReuseForWrite(oldname, newname, c)
+	return f.count(f.FS.ReuseForWrite(oldname, newname, c))
 }
 
 func (f *fenceFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	return f.FS.OpenReadWrite(name, c, opts...)
+	return f.count(f.FS.OpenReadWrite(name, c, opts...))
+}
+
+// count wraps a file opened for writing so that its writes are counted.
+func (f *fenceFS) count(file vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return countingFile{File: file, n: &f.written}, nil
 }
 
 // Unwrap lets Pebble find the underlying filesystem (for disk usage).

@@ -66,6 +66,18 @@ func (s SegmentStat) LiveRatio() float64 {
 // their bytes in a rewrite.
 func (s SegmentStat) LiveOverhead() int64 { return (s.LiveBodies + s.Held) * moveOverhead }
 
+// rewriteDiskOverhead bounds what a rewrite writes to disk for each record
+// it copies beside the body: the MOVE (or SNAP, TOMB) record with the job's
+// whole state, and the job's index key and value written anew, which reach
+// the disk at the next flush. Generous, as a reservation should be.
+const rewriteDiskOverhead = 256
+
+// RewriteDiskBytes bounds the bytes a rewrite of the segment would write:
+// what a collection must have room for before it starts.
+func (s SegmentStat) RewriteDiskBytes() int64 {
+	return s.LiveBytes + (s.LiveBodies+s.Held)*rewriteDiskOverhead
+}
+
 // CollectStats counts what segment collection has done since Open.
 type CollectStats struct {
 	// SegmentsRemoved and BytesReclaimed count dead segments removed by
@@ -113,6 +125,16 @@ const (
 // A canceled ctx stops it between batches with ctx's error: what was moved
 // is safe, and the segment stays until a later rewrite finishes the job.
 func (s *Store) RewriteSegment(ctx context.Context, first wal.LSN) (RewriteResult, error) {
+	return s.RewriteSegmentWithin(ctx, first, nil)
+}
+
+// RewriteSegmentWithin is RewriteSegment asking allow, before each batch,
+// whether it may write that batch's bytes (bodies and overhead, as
+// SegmentStat.RewriteDiskBytes counts them): an error from allow stops it
+// there, with that error and what was moved safe, as a canceled ctx does.
+// A collector keeps a rewrite off a nearly full disk with it. A nil allow
+// allows everything.
+func (s *Store) RewriteSegmentWithin(ctx context.Context, first wal.LSN, allow func(bytes int64) error) (RewriteResult, error) {
 	var res RewriteResult
 	if err := s.pin(); err != nil {
 		return res, err
@@ -123,6 +145,15 @@ func (s *Store) RewriteSegment(ctx context.Context, first wal.LSN) (RewriteResul
 	flush := func() error {
 		if len(ops) == 0 {
 			return nil
+		}
+		if allow != nil {
+			n := int64(0)
+			for _, o := range ops {
+				n += int64(len(o.body)) + rewriteDiskOverhead
+			}
+			if err := allow(n); err != nil {
+				return err
+			}
 		}
 		out := make([]Result, len(ops))
 		p := s.apply(ops, out)

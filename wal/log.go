@@ -473,6 +473,15 @@ func (l *Log) End() LSN {
 	return l.tail
 }
 
+// Written returns the end of what the log has handed to the operating system
+// (write(2) returned): what a filesystem's free space already reflects. End
+// minus Written is queued and not yet written.
+func (l *Log) Written() LSN {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.written
+}
+
 // Durable returns the end of the durable prefix of the log.
 func (l *Log) Durable() LSN {
 	l.mu.Lock()
