@@ -345,7 +345,8 @@ func cmdInfo(s *Server, c *call) {
 		fmt.Sprintf("loading:%d", loading),
 		fmt.Sprintf("aof_enabled:%d", boolInt(s.opts.Info.AOFEnabled)),
 		"aof_state:"+aof,
-		"aof_fsync:"+s.opts.Info.AppendFsync,
+		fmt.Sprintf("aof_enabled_after_restart:%d", boolInt(s.aofAfterRestart())),
+		"aof_fsync:"+s.appendFsync(),
 		fmt.Sprintf("aof_rewrite_in_progress:%d", boolInt(s.collecting())),
 		"aof_last_bgrewrite_status:"+s.lastCollectStatus(),
 	)
