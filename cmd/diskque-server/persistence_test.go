@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -9,6 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/diskque/diskque/gc"
+	"github.com/diskque/diskque/server"
+	"github.com/diskque/diskque/storage"
+	"github.com/diskque/diskque/wal"
 )
 
 // aofFsyncs reads diskque_aof_fsyncs_total from /metrics.
@@ -226,5 +232,44 @@ func TestConfigSetTinyMaxMemory(t *testing.T) {
 	addJob(t, c, "q", "maxmemory raised")
 	if q := doInt(t, c, "QLEN", "q"); q != 2 {
 		t.Errorf("QLEN = %d, want the 2 jobs added with room", q)
+	}
+}
+
+// TestNodeSetSyncOutlivesReopen: the fsync policy CONFIG SET switched is
+// the one of the open store, of a store the node reopens (after a disk
+// failure), and of the first store when it was switched before that opened.
+func TestNodeSetSyncOutlivesReopen(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	sopts := storage.DefaultOptions()
+	sopts.Sync, sopts.Logger = wal.SyncEverySec, log
+	sopts.MemTableSize, sopts.CacheSize = 1<<20, 1<<20
+	srv := server.New(server.Options{Logger: log})
+	defer srv.Close()
+	n := newNode(t.TempDir(), sopts, gc.Options{Interval: -1, Logger: log}, srv, log)
+	defer n.close()
+	policy := func() wal.SyncPolicy {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.st.SyncPolicy()
+	}
+	n.setSync(wal.SyncNever) // no store yet
+	if err := n.open(); err != nil {
+		t.Fatal(err)
+	}
+	if p := policy(); p != wal.SyncNever {
+		t.Fatalf("store opened after setSync(no) runs with %v", p)
+	}
+	n.setSync(wal.SyncAlways)
+	if p := policy(); p != wal.SyncAlways {
+		t.Fatalf("open store after setSync(always) runs with %v", p)
+	}
+	if err := n.closeParts(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.open(); err != nil {
+		t.Fatal(err)
+	}
+	if p := policy(); p != wal.SyncAlways {
+		t.Fatalf("reopened store runs with %v, want always", p)
 	}
 }
