@@ -198,3 +198,83 @@ func TestSetSyncToAlwaysKeepsEverySecWritesOnFailedFsync(t *testing.T) {
 		checkLog(t, l2, 0, acked)
 	})
 }
+
+// TestSetSyncUnderConcurrentAppends switches the policy again and again
+// while appenders run: once a switch to always has returned, every record
+// acknowledged before it is durable, and every Append that starts after it
+// (with no switch since) returns durable.
+func TestSetSyncUnderConcurrentAppends(t *testing.T) {
+	opts := TestingOptions()
+	opts.Sync = SyncEverySec
+	opts.SyncInterval = time.Hour // what everysec acknowledged stays unsynced
+	opts.SegmentSize = 16 << 10   // rolls under the switches too
+	l, err := Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var (
+		acked  atomic.Uint64 // the highest end an Append returned
+		gen    atomic.Int64  // bumped before every switch (after always is cleared)
+		always atomic.Bool   // the last switch, which returned, was to always
+		stop   atomic.Bool
+		done   = make(chan struct{})
+	)
+	const writers = 4
+	defer func() { // before l.Close, on every path
+		stop.Store(true)
+		for range writers {
+			<-done
+		}
+	}()
+	for w := range writers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := 0; !stop.Load(); i++ {
+				g, a := gen.Load(), always.Load()
+				_, end, err := l.Append(testRecord(w*100000 + i))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for {
+					old := acked.Load()
+					if uint64(end) <= old || acked.CompareAndSwap(old, uint64(end)) {
+						break
+					}
+				}
+				if a && gen.Load() == g {
+					if d := l.Durable(); d < end {
+						t.Errorf("an Append begun under always returned with durable %d < %d", d, end)
+						return
+					}
+				}
+			}
+		}()
+	}
+	policies := []SyncPolicy{SyncAlways, SyncNever, SyncAlways, SyncEverySec}
+	for i := 0; i < 200 && !t.Failed(); i++ {
+		p := policies[i%len(policies)]
+		before := LSN(acked.Load())
+		always.Store(false) // before gen: an appender that saw always true saw the old gen
+		gen.Add(1)
+		if err := l.SetSync(p); err != nil {
+			t.Fatal(err)
+		}
+		if p == SyncAlways {
+			always.Store(true)
+			if d := l.Durable(); d < before {
+				t.Fatalf("after a switch to always, durable %d < %d acknowledged before it", d, before)
+			}
+		}
+		// Let the appenders run under this policy for a few records.
+		from := acked.Load()
+		deadline := time.Now().Add(10 * time.Second)
+		for acked.Load() < from+1024 && !t.Failed() {
+			if time.Now().After(deadline) {
+				t.Fatal("the appenders made no progress")
+			}
+			time.Sleep(50 * time.Microsecond) // poll interval
+		}
+	}
+}
