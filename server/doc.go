@@ -62,9 +62,13 @@
 // Configuration: the daemon owns its directives and config file and hands
 // the server a Config (Options.Config). CONFIG GET glob lists matching
 // directives as name, value pairs; CONFIG SET changes what can change at run
-// time — the daemon applies requirepass, maxclients, max-job-size and the
-// slowlog settings through the Server's setters (SetRequirePass, …), the rest
-// are refused with "needs a restart"; CONFIG REWRITE saves the config file;
+// time — the daemon applies requirepass, maxclients, max-job-size,
+// min-free-disk, maxmemory (measured at once: the next ADDJOB sees it) and
+// the slowlog settings through the Server's setters (SetRequirePass, …), and
+// appendfsync to its store; appendonly is kept for the next start, and
+// SetPersistence tells INFO Persistence both (aof_fsync,
+// aof_enabled_after_restart); the rest are refused with "needs a restart";
+// CONFIG REWRITE saves the config file;
 // CONFIG RESETSTAT zeroes the server's own INFO Stats counters (the
 // broker's job counters stay).
 //

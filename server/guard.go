@@ -2,6 +2,7 @@ package server
 
 import (
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -11,11 +12,15 @@ import (
 // full disk, which would fail the store until a restart) and -OOM above
 // maxmemory. Everything else — GETJOB, ACKJOB, reads — goes on, and the
 // refusals lift by themselves when space or memory comes back. The
-// measures are taken every GuardInterval by one goroutine, so the hot path
-// only reads two flags — and, for the disk, reserves its ADDJOB's bytes
-// against the last reading less what the store wrote since (diskguard.go),
-// so a producer faster than the interval cannot fill the disk between two.
+// measures are taken every GuardInterval by one goroutine, and when
+// maxmemory is set, so the hot path only reads two flags — and, for the
+// disk, reserves its ADDJOB's bytes against the last reading less what the
+// store wrote since (diskguard.go), so a producer faster than the interval
+// cannot fill the disk between two.
 type guard struct {
+	// measuring serialises measures, so that one taken with an old limit
+	// cannot land after one taken with the new.
+	measuring   sync.Mutex
 	minFreeDisk atomic.Int64 // bytes; 0: off
 	maxMemory   atomic.Int64 // bytes; 0: off
 	noSpace     atomic.Bool
@@ -29,8 +34,13 @@ type guard struct {
 // SetMinFreeDisk changes min-free-disk in bytes (0 turns the check off).
 func (s *Server) SetMinFreeDisk(n int64) { s.guard.minFreeDisk.Store(max(n, 0)) }
 
-// SetMaxMemory changes maxmemory in bytes (0 turns the check off).
-func (s *Server) SetMaxMemory(n int64) { s.guard.maxMemory.Store(max(n, 0)) }
+// SetMaxMemory changes maxmemory in bytes (0 turns the check off) and
+// measures at once, as Disque checks it before every command: the next
+// ADDJOB sees the new limit.
+func (s *Server) SetMaxMemory(n int64) {
+	s.guard.maxMemory.Store(max(n, 0))
+	s.measure()
+}
 
 // runGuard measures until the server closes.
 func (s *Server) runGuard(every time.Duration) {
@@ -48,6 +58,8 @@ func (s *Server) runGuard(every time.Duration) {
 
 func (s *Server) measure() {
 	g := &s.guard
+	g.measuring.Lock()
+	defer g.measuring.Unlock()
 	// An in-memory store (or a filesystem that cannot tell) has no disk to
 	// run out of.
 	noSpace := s.measureDisk()

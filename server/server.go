@@ -111,6 +111,7 @@ type Server struct {
 	maxClients  atomic.Int64
 	maxJobSize  atomic.Int64
 	guard       guard
+	persist     persistInfo
 	slowlog     slowlog
 	metrics     *metrics
 

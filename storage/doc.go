@@ -153,6 +153,7 @@
 // A Store is safe for concurrent use. Operations serialise only for the
 // in-memory part of a commit and then wait for the AOF together, so
 // concurrent operations share one write and, under wal.SyncAlways, one fsync.
+// The fsync policy may change while the store runs (SetSync).
 // Reads take the commit lock to see the write buffer: a point read holds it
 // for the buffer and the job cache and reads Pebble after releasing it; a
 // scan (queue order, schedule, jobs) holds it for the whole merge of the

@@ -125,6 +125,13 @@
 // were written since the last fsync. Sync and WaitSynced make any LSN durable on
 // demand, whatever the policy.
 //
+// SetSync switches the policy of a running log (CONFIG SET appendfsync).
+// Each flush of the writer follows the policy in effect when it starts, and
+// a record is acknowledged by the rule of the flush that wrote it. A switch
+// to SyncAlways, and one away from SyncEverySec, first fsyncs everything
+// appended: after the switch to always every acknowledged record is
+// durable, and a switch away from everysec does not drop the fsync it owed.
+//
 // A failed write or fsync poisons the log: every later call returns the same
 // error (ErrPoisoned wrapping the cause), because after a failed fsync the
 // state of the file is unknown — Linux may drop the dirty pages and still

@@ -47,7 +47,15 @@ type Log struct {
 	syncWanted LSN // Sync callers want at least this much durable
 	// marked is the highest synced LSN a sync mark enqueued so far states.
 	marked LSN
-	err    error
+	// policy is the fsync policy in effect: Options.Sync, then SetSync's.
+	policy SyncPolicy
+	// lazyEnd: every record below it was written by a flush under a policy
+	// that acknowledges on write (everysec, no), so Wait returns for it
+	// once written, and after a failed fsync Unsynced keeps it for a
+	// rewrite. Records a flush under SyncAlways wrote are acknowledged only
+	// once fsynced.
+	lazyEnd LSN
+	err     error
 	// syncFailed: the poisoning error was an fsync's (or a roll's), so the
 	// written bytes after synced may not be on disk whatever the page cache
 	// says.
@@ -150,6 +158,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	last := segs[len(segs)-1]
 	l.tail, l.activeEnd, l.activeFirst, l.activeSalt = last.end(), last.end(), last.first, last.salt
 	l.written, l.synced, l.syncWanted = l.tail, l.tail, l.tail
+	l.policy, l.lazyEnd = opts.Sync, l.tail
 	// Everything below tail is durable (Open fsynced it), and the first
 	// record appended says so with a mark.
 	l.marked = last.first
@@ -162,11 +171,9 @@ func Open(dir string, opts Options) (*Log, error) {
 		return l, nil
 	}
 	go l.writeLoop()
-	if opts.Sync == SyncEverySec {
-		go l.syncLoop()
-	} else {
-		close(l.tickerD)
-	}
+	// The everysec loop runs whatever the policy: SetSync may switch to
+	// everysec at any time, and under the others its ticks do nothing.
+	go l.syncLoop()
 	return l, nil
 }
 
@@ -403,22 +410,50 @@ func (l *Log) errLocked() error {
 	return nil
 }
 
-// Wait blocks until every record below end is written, and under SyncAlways
-// also fsynced.
+// Wait blocks until every record below end is written, and, if the writer
+// wrote it under SyncAlways, also fsynced.
 func (l *Log) Wait(end LSN) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	target := &l.written
-	if l.opts.Sync == SyncAlways {
-		target = &l.synced
-	}
-	for *target < end && l.err == nil {
+	for {
+		if l.synced >= end || l.lazyEnd >= end {
+			return nil
+		}
+		if l.err != nil {
+			return l.err
+		}
 		l.cond.Wait()
 	}
-	if *target >= end {
+}
+
+// SetSync switches the fsync policy of the running log. Records the writer
+// takes after the switch follow the new policy. A switch to SyncAlways, and
+// one away from SyncEverySec, first fsyncs everything appended so far: once
+// SetSync returns, under always every record whose Wait returned is durable,
+// and the fsync everysec still owed is not lost. The policy is set even if
+// that fsync fails (its error is returned: the log is poisoned then, see
+// Err). On a read-only or closed log SetSync only records the policy.
+func (l *Log) SetSync(p SyncPolicy) error {
+	if p > SyncNever {
+		return fmt.Errorf("wal: unknown sync policy %d", p)
+	}
+	l.mu.Lock()
+	old := l.policy
+	l.policy = p
+	idle := l.opts.ReadOnly || l.closed
+	l.cond.Broadcast()
+	l.mu.Unlock()
+	if idle || old == p || p != SyncAlways && old != SyncEverySec {
 		return nil
 	}
-	return l.err
+	return l.Sync()
+}
+
+// SyncPolicy returns the fsync policy in effect.
+func (l *Log) SyncPolicy() SyncPolicy {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.policy
 }
 
 // Append writes records and waits for them per the sync policy. It returns the
@@ -575,9 +610,10 @@ func (l *Log) flushPending() {
 	l.keptMu.Lock()
 	keptN := l.kept.n
 	l.keptMu.Unlock()
-	wantSync := l.opts.Sync == SyncAlways || l.syncWanted > l.synced ||
+	policy := l.policy
+	wantSync := policy == SyncAlways || l.syncWanted > l.synced ||
 		keptN+size > l.opts.MaxUnsynced
-	if l.opts.Sync == SyncEverySec && keptN+size > l.opts.MaxUnsynced/2 {
+	if policy == SyncEverySec && keptN+size > l.opts.MaxUnsynced/2 {
 		// The background fsync, early: the writer goes on meanwhile.
 		select {
 		case l.syncNow <- struct{}{}:
@@ -621,7 +657,7 @@ func (l *Log) flushPending() {
 		done++
 	}
 	synced := false
-	if err == nil && (wantSync || len(newSegs) > 0 && l.opts.Sync == SyncAlways) {
+	if err == nil && (wantSync || len(newSegs) > 0 && policy == SyncAlways) {
 		l.fsyncs.Add(1)
 		if err = l.active.Sync(); err != nil {
 			err = fmt.Errorf("wal: fsync segment: %w", err)
@@ -657,6 +693,9 @@ func (l *Log) flushPending() {
 	}
 	if written > l.written {
 		l.written = written
+	}
+	if policy != SyncAlways && written > l.lazyEnd {
+		l.lazyEnd = written // acknowledged once written
 	}
 	switch {
 	case synced && l.err == nil:
@@ -713,7 +752,7 @@ func (l *Log) roll(first LSN, salt uint64) (synced bool, err error) {
 	return true, nil
 }
 
-// syncLoop drives SyncEverySec.
+// syncLoop drives SyncEverySec (and idles under the other policies).
 func (l *Log) syncLoop() {
 	defer close(l.tickerD)
 	t := time.NewTicker(l.opts.SyncInterval)
@@ -753,7 +792,7 @@ func (l *Log) syncInBackground(h *syncHandle) {
 	l.mu.Lock()
 	target := l.written
 	first := l.segs[len(l.segs)-1].first // the segment holding written's end
-	skip := target <= l.synced || l.err != nil || l.closed
+	skip := target <= l.synced || l.err != nil || l.closed || l.policy != SyncEverySec
 	l.mu.Unlock()
 	if h.f != nil && h.first != first {
 		h.close() // a sealed segment's: it may be removed, and must not be held open

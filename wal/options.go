@@ -59,7 +59,8 @@ type Options struct {
 	// SegmentSize is the size at which the log rolls to a new segment. A
 	// record larger than this gets a segment of its own. Default 64 MiB.
 	SegmentSize int64
-	// Sync is the fsync policy. Default SyncEverySec.
+	// Sync is the fsync policy at Open (Log.SetSync changes it). Default
+	// SyncEverySec.
 	Sync SyncPolicy
 	// SyncInterval is how often SyncEverySec fsyncs. Default 1s.
 	SyncInterval time.Duration

@@ -95,9 +95,10 @@ type Unsynced struct {
 	Segment LSN
 	// Synced is the end of the durable prefix: the segment is cut there.
 	Synced LSN
-	// Data is the bytes to write again at Synced (nil: only cut). Under
-	// SyncAlways it is always nil: no write after the last fsync was
-	// acknowledged, so none is kept.
+	// Data is the bytes to write again at Synced (nil: only cut): those
+	// written under everysec or no, which were acknowledged once written.
+	// Under SyncAlways no write after the last fsync was acknowledged, so
+	// none of them is kept.
 	Data []byte
 }
 
@@ -113,8 +114,12 @@ func (l *Log) Unsynced() *Unsynced {
 	u := &Unsynced{Segment: l.segs[len(l.segs)-1].first, Synced: l.synced}
 	l.keptMu.Lock()
 	defer l.keptMu.Unlock()
-	if l.opts.Sync != SyncAlways && l.kept.from == l.synced && l.kept.n > 0 {
-		u.Data = l.kept.bytes()
+	if l.kept.from == l.synced && l.kept.n > 0 && l.lazyEnd > l.synced {
+		data := l.kept.bytes()
+		if n := l.lazyEnd - l.synced; n < LSN(len(data)) {
+			data = data[:n] // what always wrote after them was not acknowledged
+		}
+		u.Data = data
 	}
 	return u
 }

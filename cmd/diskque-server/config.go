@@ -119,8 +119,10 @@ Directives (in the config file as "directive value", or as --directive value):
   include PATH                  (config file only) read another config file
 
 At run time CONFIG GET reads these, CONFIG SET changes loglevel, requirepass,
-maxclients, max-job-size, min-free-disk, maxmemory and the slowlog ones (the rest need a restart), and
-CONFIG REWRITE saves them into the config file given at start.
+maxclients, max-job-size, min-free-disk, maxmemory, appendfsync and the slowlog
+ones at once, and appendonly for the next start (INFO persistence shows
+aof_enabled_after_restart); the rest need a restart. CONFIG REWRITE saves them
+into the config file given at start.
 `
 
 // parseArgs reads the optional config file and the flags.

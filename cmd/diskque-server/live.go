@@ -18,13 +18,23 @@ import (
 )
 
 // liveConfig is the running configuration behind CONFIG (server.Config):
-// it owns cfg and the config file, and applies CONFIG SET to the server and
-// the logger. Safe for concurrent use.
+// it owns cfg and the config file, and applies CONFIG SET to the server,
+// the store (appendfsync, at once) and the logger. appendonly is kept for
+// the next start: this run goes on in the mode it started in (see
+// setAppendOnly). Safe for concurrent use.
 type liveConfig struct {
 	mu    sync.Mutex
 	cfg   config
 	srv   *server.Server // set once, before the server serves
 	level *slog.LevelVar
+	log   *slog.Logger
+	// appendOnly is the mode this run started in, which cfg.AppendOnly
+	// (what CONFIG SET stored, and CONFIG REWRITE saves) may differ from
+	// until the next start.
+	appendOnly bool
+	// node is the store's owner, once there is one (attach); until then
+	// appendfsync is only recorded, and attach hands it over.
+	node *node
 }
 
 var _ server.Config = (*liveConfig)(nil)
@@ -34,6 +44,7 @@ var runtimeDirectives = map[string]bool{
 	"loglevel": true, "requirepass": true, "maxclients": true, "max-job-size": true,
 	"min-free-disk": true, "maxmemory": true,
 	"slowlog-log-slower-than": true, "slowlog-max-len": true,
+	"appendfsync": true, "appendonly": true,
 }
 
 func (l *liveConfig) Get(glob string) []string {
@@ -62,9 +73,50 @@ func (l *liveConfig) Set(name, value string) error {
 	if err := next.set(name, []string{value}); err != nil {
 		return err
 	}
+	prev := l.cfg
 	l.cfg = next
 	l.apply()
+	switch name {
+	case "appendfsync":
+		if l.node != nil && next.AppendFsync != prev.AppendFsync {
+			l.node.setSync(next.AppendFsync)
+		}
+		l.log.Info("appendfsync applies now", "appendfsync", next.AppendFsync.String(), "was", prev.AppendFsync.String())
+	case "appendonly":
+		l.logAppendOnly(prev.AppendOnly)
+	}
 	return nil
+}
+
+// attach makes n the store CONFIG SET appendfsync switches, first handing
+// it a switch made before it existed (the server answers CONFIG while the
+// store opens).
+func (l *liveConfig) attach(n *node) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.node = n
+	n.setSync(l.cfg.AppendFsync)
+}
+
+// logAppendOnly says what CONFIG SET appendonly will do: nothing until the
+// next start. Switching a running store between disk and memory would
+// mean copying every job one way or dropping them the other; a restart
+// does it plainly (with CONFIG REWRITE saving the setting for it). l.mu is
+// held.
+func (l *liveConfig) logAppendOnly(was bool) {
+	now, dir := l.cfg.AppendOnly, l.cfg.Dir
+	switch {
+	case now == l.appendOnly && now != was:
+		l.log.Info("CONFIG SET appendonly: back to the mode this run started in; a restart changes nothing", "appendonly", l.cfg.value("appendonly"))
+	case now == l.appendOnly:
+	case now:
+		l.log.Warn("CONFIG SET appendonly yes applies at the next start: until then jobs stay in memory only and a restart loses "+
+			"them; the next start keeps jobs on disk in dir (CONFIG REWRITE saves the setting for it)", "dir", dir)
+	default:
+		l.log.Warn("CONFIG SET appendonly no applies at the next start: until then jobs are still written to disk in dir; "+
+			"the next start keeps jobs in memory only and does not read dir, whose jobs stay there until a start with appendonly yes "+
+			"(CONFIG REWRITE saves the setting for it)", "dir", dir)
+	}
 }
 
 // apply pushes the run-time settings of l.cfg to the server and the
@@ -78,6 +130,7 @@ func (l *liveConfig) apply() {
 	l.srv.SetMinFreeDisk(c.MinFreeDisk)
 	l.srv.SetMaxMemory(c.MaxMemory)
 	l.srv.SetSlowlog(slowlogThreshold(c.SlowlogSlowerThan), c.SlowlogMaxLen)
+	l.srv.SetPersistence(c.AppendFsync.String(), c.AppendOnly)
 }
 
 // slowlogThreshold: µs to a duration, negative kept negative (off).
@@ -132,6 +185,11 @@ func rewriteConfig(old []byte, cfg *config) []byte {
 	appended := false
 	for _, name := range directives {
 		if seen[name] || cfg.value(name) == def.value(name) {
+			continue
+		}
+		if name == "aof-segment-size" && cfg.AOFSegmentSize == 0 {
+			// The mode's default (4mb with appendonly no), not a setting:
+			// written out, it would outlive a later switch of appendonly.
 			continue
 		}
 		if !appended {

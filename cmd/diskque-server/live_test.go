@@ -66,7 +66,7 @@ func TestConfigCommands(t *testing.T) {
 	if got := doArr(t, c, "CONFIG", "GET", "APPENDFSYNC"); len(got) != 2 || got[1] != "everysec" {
 		t.Errorf("CONFIG GET APPENDFSYNC = %v", got)
 	}
-	wantErr(t, c, "ERR CONFIG SET of 'appendfsync' needs a restart", "CONFIG", "SET", "appendfsync", "always")
+	wantErr(t, c, "ERR CONFIG SET of 'dir' needs a restart", "CONFIG", "SET", "dir", "/elsewhere")
 	wantErr(t, c, "ERR CONFIG SET of 'port' needs a restart", "CONFIG", "SET", "port", "1")
 	wantErr(t, c, "ERR Unknown option or number of arguments for CONFIG SET - 'nosuch'", "CONFIG", "SET", "nosuch", "1")
 	wantErrPrefix(t, c, "ERR CONFIG SET failed (possibly related to argument 'maxclients') - ", "CONFIG", "SET", "maxclients", "0")

@@ -88,7 +88,7 @@ func run(cfg config) error {
 	}
 	// SHUTDOWN takes the same path as SIGTERM.
 	shutdown := make(chan struct{}, 1)
-	live := &liveConfig{cfg: cfg, level: level}
+	live := &liveConfig{cfg: cfg, level: level, log: log, appendOnly: cfg.AppendOnly}
 	srv := server.New(server.Options{
 		Config: live,
 		Logger: log,
@@ -155,6 +155,7 @@ func run(cfg config) error {
 		gcOpts.Interval = -1
 	}
 	n := newNode(dir, sopts, gcOpts, srv, log)
+	live.attach(n) // a CONFIG SET appendfsync while we got here counts
 	if err := n.open(); err != nil {
 		srv.Close()
 		return err

@@ -66,6 +66,10 @@ type node struct {
 	// writes, for the next open to write again (storage.Options.Rewrite).
 	// Guarded by mu.
 	rewrite *wal.Unsynced
+	// syncMu serialises switches of the fsync policy (setSync, and open's
+	// catching up with one made while it opened), so that the last
+	// CONFIG SET appendfsync is the one the store runs with.
+	syncMu sync.Mutex
 }
 
 func newNode(dir string, sopts storage.Options, gcOpts gc.Options, srv *server.Server, log *slog.Logger) *node {
@@ -76,8 +80,8 @@ func newNode(dir string, sopts storage.Options, gcOpts gc.Options, srv *server.S
 // open opens the store, the broker and the collector and hands them to the
 // server, which then serves (until then it answers -LOADING).
 func (n *node) open() error {
-	sopts := n.sopts
 	n.mu.Lock()
+	sopts := n.sopts // under mu: setSync changes its Sync
 	sopts.Rewrite = n.rewrite
 	n.mu.Unlock()
 	n.mu.Lock()
@@ -127,9 +131,45 @@ func (n *node) open() error {
 	n.mu.Lock()
 	n.st, n.broker, n.collector = st, broker, collector
 	n.mu.Unlock()
+	n.catchUpSync(st, sopts.Sync)
 	n.srv.SetCollector(collector)
 	n.srv.SetBroker(broker)
 	return nil
+}
+
+// setSync switches the fsync policy (CONFIG SET appendfsync) of the open
+// store at once, and of every store opened later (a reopen after a disk
+// failure). A failed fsync of the switch fails the store, which the node
+// then reopens as after any failure; the policy is switched all the same.
+func (n *node) setSync(p wal.SyncPolicy) {
+	n.syncMu.Lock()
+	defer n.syncMu.Unlock()
+	n.mu.Lock()
+	n.sopts.Sync = p
+	st := n.st
+	n.mu.Unlock()
+	if st == nil {
+		return // the next open takes n.sopts
+	}
+	if err := st.SetSync(p); err != nil && !errors.Is(err, storage.ErrClosed) {
+		n.log.Warn("appendfsync switched, but the fsync of what was written before failed", "appendfsync", p.String(), "err", err)
+	}
+}
+
+// catchUpSync applies a switch of the fsync policy made while st was
+// opening with opened: setSync saw no store then.
+func (n *node) catchUpSync(st *storage.Store, opened wal.SyncPolicy) {
+	n.syncMu.Lock()
+	defer n.syncMu.Unlock()
+	n.mu.Lock()
+	p := n.sopts.Sync
+	n.mu.Unlock()
+	if p == opened {
+		return
+	}
+	if err := st.SetSync(p); err != nil && !errors.Is(err, storage.ErrClosed) {
+		n.log.Warn("appendfsync switched, but the fsync of what was written before failed", "appendfsync", p.String(), "err", err)
+	}
 }
 
 // run watches the store until stop: when it fails, it waits for the disk
@@ -213,7 +253,10 @@ func (n *node) probeDisk() error { return probeDisk(n.sopts.FS, n.dir) }
 var errNoRoom = errors.New("not enough free disk space for a writable store yet")
 
 func (n *node) roomToWrite() error {
-	if storage.RoomToWrite(n.dir, n.sopts) {
+	n.mu.Lock()
+	sopts := n.sopts
+	n.mu.Unlock()
+	if storage.RoomToWrite(n.dir, sopts) {
 		return nil
 	}
 	return errNoRoom
