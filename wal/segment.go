@@ -18,7 +18,7 @@ import (
 
 const (
 	segmentSuffix = ".wal"
-	tmpSuffix     = ".tmp"
+	tmpSuffix     = durable.TmpSuffix
 	brokenSuffix  = ".broken"
 	// formatVersion is the segment format this build writes. Format 1
 	// (flat len|crc|type frames after a 16-byte header) is still read.
@@ -205,29 +205,10 @@ func cmpLSN(a, b LSN) int {
 	return 0
 }
 
-// writeFileAtomic makes dir/name hold exactly data, crash-safely: write
-// name.tmp, fsync, rename, fsync the directory.
+// writeFileAtomic makes dir/name hold exactly data, crash-safely
+// (durable.WriteFile).
 func writeFileAtomic(fs vfs.FS, dir, name string, data []byte) error {
-	tmp := fs.PathJoin(dir, name+tmpSuffix)
-	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := fs.Rename(tmp, fs.PathJoin(dir, name)); err != nil {
-		return err
-	}
-	return durable.SyncDir(fs, dir)
+	return durable.WriteFile(fs, fs.PathJoin(dir, name), data, 0)
 }
 
 // createSegment makes a new, empty segment crash-safely and opens it for

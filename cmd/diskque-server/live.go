@@ -3,17 +3,17 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/internal/durable"
 	"github.com/diskque/diskque/server"
 )
 
@@ -209,32 +209,15 @@ func directiveLine(name, value string) string {
 	return name + " " + value
 }
 
-// writeFileAtomic replaces name with data: a temporary file in the same
-// directory, fsynced, renamed over it, and the directory fsynced.
+// writeFileAtomic replaces name with data, crash-safely (durable.WriteFile),
+// keeping the file's permissions: a config file may hold requirepass.
 func writeFileAtomic(name string, data []byte) error {
 	mode := os.FileMode(0o644)
 	if fi, err := os.Stat(name); err == nil {
 		mode = fi.Mode().Perm()
 	}
-	tmp := name + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
-	if err != nil {
+	if err := durable.WriteFile(vfs.Default, name, data, mode); err != nil {
 		return fmt.Errorf("config rewrite: %w", err)
-	}
-	_, werr := f.Write(data)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("config rewrite: %w", err)
-	}
-	if err := os.Rename(tmp, name); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("config rewrite: %w", err)
-	}
-	if d, err := os.Open(filepath.Dir(name)); err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }

@@ -4,6 +4,8 @@
 package durable
 
 import (
+	"os"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -46,4 +48,48 @@ func MkdirAll(fs vfs.FS, dir string) error {
 		}
 	}
 	return nil
+}
+
+// TmpSuffix names the temporary file WriteFile renames into place: one a
+// crash left behind is garbage, and a reader of the directory skips it.
+const TmpSuffix = ".tmp"
+
+// WriteFile makes the file at path hold exactly data, crash-safely: it writes
+// path+TmpSuffix, fsyncs it, renames it over path and fsyncs the directory,
+// so a crash leaves the old file or the new one, never a part. perm, unless
+// 0, is the new file's permission bits, set with os.Chmod (so only on the
+// operating system's filesystem, vfs.Default). On an error the temporary
+// file is removed.
+func WriteFile(fs vfs.FS, path string, data []byte, perm os.FileMode) (err error) {
+	tmp := path + TmpSuffix
+	defer func() {
+		if err != nil {
+			_ = fs.Remove(tmp)
+		}
+	}()
+	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	if perm != 0 {
+		if err := os.Chmod(tmp, perm); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := fs.Rename(tmp, path); err != nil {
+		return err
+	}
+	return SyncDir(fs, fs.PathDir(path))
 }
