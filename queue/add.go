@@ -17,7 +17,7 @@ type AddRequest struct {
 	Retry     int64 // seconds, 0 = at-most-once
 	Delay     int64 // seconds, < TTL
 	MaxLen    int64 // refuse if the queue already has this many jobs; 0 = off
-	Async     bool
+	Async     bool  // ADDJOB ASYNC: reply before replication; a lone node replicates nothing
 }
 
 // AddResult is the outcome of one AddRequest.

@@ -142,11 +142,12 @@ func NewJobID(nodeID string, ttlSeconds, retrySeconds int64) string {
 }
 
 // IDNodePrefix returns the 8 hex digits of the creating node's id that a job
-// id carries (clients route on them).
+// id carries (clients route on them, and so will the cluster's nodes).
 func IDNodePrefix(id string) string { return id[2:10] }
 
 // IDAtMostOnce reports whether the id's TTL digits mark an at-most-once job
-// (RETRY 0).
+// (RETRY 0), for a node that sees the id without the job: a cluster's
+// dummy ack of a job it never held takes what it knows from the id.
 func IDAtMostOnce(id string) bool {
 	last := id[39]
 	var v byte

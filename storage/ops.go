@@ -197,17 +197,11 @@ func (b *Batch) Queue(id string, qtime int64) { b.job(queueOp(id, qtime)) }
 // Deliver adds a Store.Deliver to the batch.
 func (b *Batch) Deliver(id string, qtime int64) { b.job(deliverOp(id, qtime)) }
 
-// DeliverFunc adds a Store.Deliver whose requeue time is computed from the
-// job as it is when the batch applies (typically from its RETRY).
-func (b *Batch) DeliverFunc(id string, qtime func(*Job) int64) {
-	o := deliverOp(id, 0)
-	o.qtimeFn = qtime
-	b.job(o)
-}
-
-// DeliverAt is DeliverFunc for a job the caller knows the queue position
-// of (the broker's heads do): the batch then reads the jobs of consecutive
-// positions together, in queue order, rather than one lookup each.
+// DeliverAt adds a Store.Deliver of the job at position p of queue, whose
+// requeue time qtime computes from the job as it is when the batch applies
+// (from its RETRY). The position (the broker's heads know it) lets the batch
+// read the jobs of consecutive positions together, in queue order, rather
+// than one lookup each.
 func (b *Batch) DeliverAt(queue string, p QueuePos, qtime func(*Job) int64) {
 	o := deliverOp(p.ID, 0)
 	o.qtimeFn, o.hintQueue, o.hintCtime = qtime, queue, p.Ctime

@@ -59,14 +59,14 @@ func transition(cur *Job, o *op) (*Job, error) {
 		}
 		j.State = StateQueued
 		j.AwakeTime = 0
-		j.QueueTime = retryTime(&j, o.qtime)
+		j.QueueTime = requeueAt(&j, o.qtime)
 	case recDeliver:
 		if cur.State != StateQueued {
 			return nil, fmt.Errorf("%w: %s is %s, not queued", ErrWrongState, cur.ID, cur.State)
 		}
 		j.State = StateActive
 		j.Deliveries++
-		j.QueueTime = retryTime(&j, o.qtime)
+		j.QueueTime = requeueAt(&j, o.qtime)
 	case recRequeue:
 		if cur.State != StateActive {
 			return nil, fmt.Errorf("%w: %s is %s, not active", ErrWrongState, cur.ID, cur.State)
@@ -76,7 +76,7 @@ func transition(cur *Job, o *op) (*Job, error) {
 		}
 		j.State = StateQueued
 		j.AwakeTime = 0
-		j.QueueTime = retryTime(&j, o.qtime)
+		j.QueueTime = requeueAt(&j, o.qtime)
 	case recNack:
 		if cur.State != StateActive {
 			return nil, fmt.Errorf("%w: %s is %s, not active", ErrWrongState, cur.ID, cur.State)
@@ -88,7 +88,7 @@ func transition(cur *Job, o *op) (*Job, error) {
 		} else {
 			j.State = StateQueued
 			j.AwakeTime = 0
-			j.QueueTime = retryTime(&j, o.qtime)
+			j.QueueTime = requeueAt(&j, o.qtime)
 		}
 	case recWorking:
 		if cur.Retry == 0 {
@@ -110,8 +110,9 @@ func transition(cur *Job, o *op) (*Job, error) {
 	return &j, nil
 }
 
-// retryTime is the requeue time a job gets: none for at-most-once jobs.
-func retryTime(j *Job, qtime int64) int64 {
+// requeueAt is the requeue time qtime the caller chose (queue computes it
+// from RETRY), or none for an at-most-once job, which is never requeued.
+func requeueAt(j *Job, qtime int64) int64 {
 	if j.Retry == 0 {
 		return 0
 	}
