@@ -3,7 +3,9 @@
 // add, queue, deliver, requeue, nack, working, dequeue, ack, delete, pause —
 // and answers the reads a broker needs: a job by id, a queue in order from a
 // position, schedule events due before a time, and cursor scans of jobs and
-// queues.
+// queues. Each operation is a Store method of its own (Add, Deliver, Ack, …:
+// what a program or a test that embeds the store calls, example_test.go) and
+// a Batch method, which the broker uses to apply many in one commit.
 //
 // # The log is the truth
 //
