@@ -93,9 +93,12 @@ func (m *reqMem) stats() (int64, int) {
 
 // requestBudget is the bytes of request bodies all clients may hold.
 func (s *Server) requestBudget() int64 {
-	b := int64(DefaultRequestBudget)
-	if m := s.guard.maxMemory.Load(); m > 0 {
-		b = m / 2
+	b := s.opts.RequestBudget
+	if b <= 0 {
+		b = DefaultRequestBudget
+		if m := s.guard.maxMemory.Load(); m > 0 {
+			b = m / 2
+		}
 	}
 	return max(b, s.maxJobSize.Load()+bulkSlack+2)
 }

@@ -38,7 +38,8 @@ type Options struct {
 	// MinFreeDisk: below this many free bytes on the data directory's
 	// filesystem, ADDJOB gets -NOSPACE. 0: off.
 	MinFreeDisk int64
-	// MaxMemory: above this many resident bytes, ADDJOB gets -OOM. 0: off.
+	// MaxMemory: above this many bytes of live Go heap plus request bodies
+	// being read (guard.go), ADDJOB gets -OOM. 0: off.
 	MaxMemory int64
 	// GuardInterval is how often disk space and memory are measured.
 	// Default 250 ms.
@@ -64,6 +65,11 @@ type Options struct {
 	// budget of request bodies being read (reqmem.go) before it is read,
 	// dropped and its command refused. Default DefaultBodyWait (10 s).
 	BodyWait time.Duration
+	// RequestBudget bounds the bytes of large request bodies being read
+	// at once, across all clients (reqmem.go). Default (0): maxmemory / 2,
+	// or DefaultRequestBudget without maxmemory. Never less than one body
+	// of max-job-size.
+	RequestBudget int64
 }
 
 // Defaults of Options.
