@@ -325,11 +325,16 @@ func cmdInfo(s *Server, c *call) {
 		fmt.Sprintf("connected_clients:%d", s.connectedClients()),
 		fmt.Sprintf("blocked_clients:%d", blocked),
 	)
+	used := s.usedMemory()
+	reqHeld, reqWaiting := s.reqMem.stats()
 	add("Memory",
-		fmt.Sprintf("used_memory:%d", ms.HeapAlloc),
-		"used_memory_human:"+humanBytes(ms.HeapAlloc),
+		fmt.Sprintf("used_memory:%d", used),
+		"used_memory_human:"+humanBytes(uint64(used)),
 		fmt.Sprintf("used_memory_rss:%d", rssBytes()),
 		fmt.Sprintf("used_memory_sys:%d", ms.Sys),
+		fmt.Sprintf("used_memory_requests:%d", reqHeld),
+		fmt.Sprintf("used_memory_requests_budget:%d", s.requestBudget()),
+		fmt.Sprintf("request_bodies_waiting:%d", reqWaiting),
 	)
 	jobs, queues := int64(0), 0
 	if c.broker != nil {

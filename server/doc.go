@@ -30,7 +30,26 @@
 // GuardInterval and, between readings, reduced by what the store wrote since
 // (storage.DiskWrites); every ADDJOB (every pipelined batch) reserves its
 // bytes against that estimate before its record is queued (diskguard.go),
-// so no producer, however fast, writes past the reserve between readings. Input is bounded before
+// so no producer, however fast, writes past the reserve between readings.
+// MaxMemory bounds the Go heap's live bytes plus the request bodies being
+// read (INFO used_memory), not RSS; while over it the guard forces a
+// collection (at most once a second, backing off to 16 s while that frees
+// nothing), so -OOM lifts as soon as memory is freed. Pebble's block cache and memtables, allocated
+// outside the Go heap and sized by configuration, are not counted.
+//
+// Request bodies (reqmem.go): a bulk string of 64 KiB or more is read by
+// the server itself into a buffer of its size, not by redcon (which would
+// double its buffer and keep it), and is charged, from when its length is
+// announced until its command has run, to one budget for all clients:
+// Options.RequestBudget, by default maxmemory / 2 (512 MiB without
+// maxmemory), never less than one body of max-job-size. A body that does not
+// fit waits unread (TCP holds its client back) for Options.BodyWait (10 s),
+// then is read and dropped and its command gets "-OOM request bodies being
+// read use the memory allowed for them (N bytes), try later"; the connection
+// goes on. INFO shows used_memory_requests, used_memory_requests_budget and
+// request_bodies_waiting. Smaller arguments are buffered by redcon.
+//
+// Input is bounded before
 // redcon buffers it (inputlimit.go): a request announcing a bulk string
 // longer than max-job-size + 1 MiB, more than 1,048,576 arguments or an
 // inline line over 64 KiB gets Redis's protocol error and the connection is

@@ -2,6 +2,7 @@ package server
 
 import (
 	"runtime"
+	rtmetrics "runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,13 @@ type guard struct {
 	// and the bytes reserved by ADDJOBs in flight.
 	disk         atomic.Pointer[diskReading]
 	diskReserved atomic.Int64
+
+	// The collections measure forces while over maxmemory (under
+	// measuring): when the last was, the wait before the next, and the request
+	// bytes held then.
+	lastGC   time.Time
+	gcEvery  time.Duration
+	heldAtGC int64
 }
 
 // SetMinFreeDisk changes min-free-disk in bytes (0 turns the check off).
@@ -69,13 +77,7 @@ func (s *Server) measure() {
 	}
 	oom := false
 	if limit := g.maxMemory.Load(); limit > 0 {
-		used := int64(rssBytes())
-		if used == 0 { // no /proc: what the Go runtime holds
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			used = int64(ms.Sys - ms.HeapReleased)
-		}
-		oom = used > limit
+		oom = s.overMaxMemory(limit)
 	}
 	if oom != g.oom.Load() {
 		g.oom.Store(oom)
@@ -100,4 +102,67 @@ func (s *Server) refuseNewJob() string {
 		return errOOM
 	}
 	return ""
+}
+
+// Memory. maxmemory is compared with usedMemory: the Go heap's live bytes
+// (as of the last collection) plus the request bodies being read now
+// (reqmem.go) — not RSS, which stays up long after the heap shrinks,
+// because the runtime returns freed pages to the OS slowly. The live size
+// is only known after a collection, and an idle server collects only every
+// two minutes; so while it is over the limit, measure forces a collection,
+// at most once a second, backing off to once every 16 s while that does not
+// bring it under (a heap that is really full costs a collection of it each
+// time) and back to once a second whenever request bytes are released.
+
+const (
+	minForcedGC = time.Second
+	maxForcedGC = 16 * time.Second
+)
+
+var liveHeapMetric = []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
+
+// liveHeap returns the Go heap's live bytes as of the last collection.
+func liveHeap() int64 {
+	sample := make([]rtmetrics.Sample, 1)
+	copy(sample, liveHeapMetric)
+	rtmetrics.Read(sample)
+	if sample[0].Value.Kind() == rtmetrics.KindUint64 {
+		return int64(sample[0].Value.Uint64())
+	}
+	var ms runtime.MemStats // a runtime without the metric
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// usedMemory is INFO's used_memory and what maxmemory bounds: the live heap
+// plus the request bodies being read (those already in the heap at the last
+// collection count twice until their commands run: it errs on the high side).
+func (s *Server) usedMemory() int64 {
+	held, _ := s.reqMem.stats()
+	return liveHeap() + held
+}
+
+// overMaxMemory says whether used memory is over limit, forcing a
+// collection first when the figure may be stale (see above).
+func (s *Server) overMaxMemory(limit int64) bool {
+	g := &s.guard
+	if s.usedMemory() <= limit {
+		g.gcEvery = 0
+		return false
+	}
+	held, _ := s.reqMem.stats()
+	if g.gcEvery == 0 || held < g.heldAtGC {
+		g.gcEvery = minForcedGC
+	}
+	if time.Since(g.lastGC) < g.gcEvery {
+		return true
+	}
+	runtime.GC()
+	g.lastGC, g.heldAtGC = time.Now(), held
+	if s.usedMemory() <= limit {
+		g.gcEvery = 0
+		return false
+	}
+	g.gcEvery = min(2*g.gcEvery, maxForcedGC)
+	return true
 }

@@ -55,6 +55,24 @@ func TestRespScanner(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("byte at a time: %q, want %q", got, tc.want)
 			}
+			if tc.want != "" {
+				return
+			}
+			// What redcon reads is the stream itself, '$' lines held back
+			// only until they are whole.
+			lim := scanLimits{maxBulk: maxBulk, maxArgs: args, noAuth: tc.noAuth}
+			var sc respScanner
+			if out, _, _, _ := sc.scan([]byte(tc.in), nil, lim); string(out) != tc.in {
+				t.Errorf("whole: passed on %q", out)
+			}
+			sc = respScanner{}
+			var out []byte
+			for i := 0; i < len(tc.in); i++ {
+				out, _, _, _ = sc.scan([]byte{tc.in[i]}, out, lim)
+			}
+			if string(out) != tc.in {
+				t.Errorf("byte at a time: passed on %q", out)
+			}
 		})
 	}
 }

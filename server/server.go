@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -37,7 +38,8 @@ type Options struct {
 	// MinFreeDisk: below this many free bytes on the data directory's
 	// filesystem, ADDJOB gets -NOSPACE. 0: off.
 	MinFreeDisk int64
-	// MaxMemory: above this many resident bytes, ADDJOB gets -OOM. 0: off.
+	// MaxMemory: above this many bytes of live Go heap plus request bodies
+	// being read (guard.go), ADDJOB gets -OOM. 0: off.
 	MaxMemory int64
 	// GuardInterval is how often disk space and memory are measured.
 	// Default 250 ms.
@@ -59,6 +61,15 @@ type Options struct {
 	// a slow monitor cannot hold memory or stall the server. Default
 	// DefaultMonitorBufferLimit (32 MiB).
 	MonitorBufferLimit int
+	// BodyWait is how long a large request body waits for room in the
+	// budget of request bodies being read (reqmem.go) before it is read,
+	// dropped and its command refused. Default DefaultBodyWait (10 s).
+	BodyWait time.Duration
+	// RequestBudget bounds the bytes of large request bodies being read
+	// at once, across all clients (reqmem.go). Default (0): maxmemory / 2,
+	// or DefaultRequestBudget without maxmemory. Never less than one body
+	// of max-job-size.
+	RequestBudget int64
 }
 
 // Defaults of Options.
@@ -112,6 +123,8 @@ type Server struct {
 	maxJobSize  atomic.Int64
 	guard       guard
 	persist     persistInfo
+	reqMem      reqMem
+	bodyWait    atomic.Int64 // time.Duration
 	slowlog     slowlog
 	metrics     *metrics
 
@@ -171,6 +184,9 @@ func New(opts Options) *Server {
 	if opts.MonitorBufferLimit <= 0 {
 		opts.MonitorBufferLimit = DefaultMonitorBufferLimit
 	}
+	if opts.BodyWait <= 0 {
+		opts.BodyWait = DefaultBodyWait
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{opts: opts, start: time.Now(), clients: map[redcon.Conn]*client{}, ctx: ctx, cancel: cancel}
 	s.idle = sync.NewCond(&s.mu)
@@ -181,6 +197,7 @@ func New(opts Options) *Server {
 	s.SetMinFreeDisk(opts.MinFreeDisk)
 	s.SetMaxMemory(opts.MaxMemory)
 	s.SetSlowlog(opts.SlowlogSlowerThan, opts.SlowlogMaxLen)
+	s.bodyWait.Store(int64(opts.BodyWait))
 	return s
 }
 
@@ -347,8 +364,25 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		s.mu.Unlock()
 	}()
 	cl, _ := conn.Context().(*client)
+	var refused []bool
+	if lc, _ := cl.limitConn(); lc != nil {
+		var charged int64
+		charged, refused = lc.takeBodies(cmds)
+		defer lc.unreserve(charged)
+	}
 	for i := 0; i < len(cmds); {
-		n := s.execute(conn, cmds[i:])
+		if refused != nil && refused[i] {
+			conn.WriteError(fmt.Sprintf(errBodyBudget, s.requestBudget()))
+			i++
+			continue
+		}
+		end := len(cmds)
+		for j := i + 1; refused != nil && j < end; j++ {
+			if refused[j] {
+				end = j // a pipelined batch stops before it
+			}
+		}
+		n := s.execute(conn, cmds[i:end])
 		i += n
 		// The output limit for slow consumers: redcon buffers a whole
 		// pipeline's replies before writing them, so a client that sends
@@ -364,6 +398,16 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	if cl != nil {
 		cl.outBytes = 0 // redcon flushes after the handler
 	}
+}
+
+// limitConn is the client's connection as the server reads it (nil for a
+// client not accepted through Serve's listener).
+func (c *client) limitConn() (*limitConn, bool) {
+	if c == nil {
+		return nil, false
+	}
+	lc, ok := c.netConn.(*limitConn)
+	return lc, ok
 }
 
 // outputFlushBytes is how many bytes of job bodies a connection's replies

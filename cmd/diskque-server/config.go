@@ -97,7 +97,7 @@ Directives (in the config file as "directive value", or as --directive value):
                                 (default 64mb)
   min-free-disk BYTES           below this much free disk, ADDJOB gets -NOSPACE
                                 (default 64mb; 0 = off)
-  maxmemory BYTES               above this much resident memory, ADDJOB gets
+  maxmemory BYTES               above this much live memory, ADDJOB gets
                                 -OOM (default 0 = off)
   slowlog-log-slower-than US    log commands slower than US microseconds in
                                 SLOWLOG (default 10000; 0 = all; negative = off)
