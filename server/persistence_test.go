@@ -8,7 +8,8 @@ import (
 
 // TestSetMaxMemoryAppliesAtOnce: the guard measures when maxmemory is
 // set, not only at its next tick (an hour away here): a tiny maxmemory
-// (Disque's tests set 1 byte and 3 MB) refuses the very next ADDJOB with
+// (Disque's tests set 1 byte and 3 MB; this process's live heap may be below
+// 3 MB, so 64 KiB here) refuses the very next ADDJOB with
 // -OOM, everything else is served, and raising it or turning it off lets
 // the very next ADDJOB in.
 func TestSetMaxMemoryAppliesAtOnce(t *testing.T) {
@@ -20,7 +21,7 @@ func TestSetMaxMemoryAppliesAtOnce(t *testing.T) {
 		t.Fatalf("ADDJOB = %q", id)
 	}
 	id = id[1:]
-	for _, limit := range []int64{1, 1 << 20, 3 << 20} {
+	for _, limit := range []int64{1, 64 << 10} {
 		s.SetMaxMemory(limit)
 		if got := rc.do("ADDJOB q x 0"); got != "-"+errOOM {
 			t.Fatalf("ADDJOB right after maxmemory %d = %q, want -OOM", limit, got)
