@@ -113,25 +113,39 @@ func (s *Server) refuseNewJob() string {
 // at most once a second, backing off to once every 16 s while that does not
 // bring it under (a heap that is really full costs a collection of it each
 // time) and back to once a second whenever request bytes are released.
+// Under it as of the last collection (or before the first, when the live
+// size reads 0) but with more heap objects now than the limit, garbage
+// included, measure also collects, at most once a second, to find out: so
+// a tiny maxmemory (Disque's tests set 1 byte) refuses at once.
 
 const (
 	minForcedGC = time.Second
 	maxForcedGC = 16 * time.Second
 )
 
-var liveHeapMetric = []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
+var heapMetrics = []rtmetrics.Sample{
+	{Name: "/gc/heap/live:bytes"},
+	{Name: "/memory/classes/heap/objects:bytes"},
+}
+
+// heapBytes returns the Go heap's live bytes as of the last collection (0
+// before the first) and the bytes of its objects now, garbage included.
+func heapBytes() (live, objects int64) {
+	sample := make([]rtmetrics.Sample, len(heapMetrics))
+	copy(sample, heapMetrics)
+	rtmetrics.Read(sample)
+	if sample[0].Value.Kind() == rtmetrics.KindUint64 && sample[1].Value.Kind() == rtmetrics.KindUint64 {
+		return int64(sample[0].Value.Uint64()), int64(sample[1].Value.Uint64())
+	}
+	var ms runtime.MemStats // a runtime without the metrics
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc), int64(ms.HeapAlloc)
+}
 
 // liveHeap returns the Go heap's live bytes as of the last collection.
 func liveHeap() int64 {
-	sample := make([]rtmetrics.Sample, 1)
-	copy(sample, liveHeapMetric)
-	rtmetrics.Read(sample)
-	if sample[0].Value.Kind() == rtmetrics.KindUint64 {
-		return int64(sample[0].Value.Uint64())
-	}
-	var ms runtime.MemStats // a runtime without the metric
-	runtime.ReadMemStats(&ms)
-	return int64(ms.HeapAlloc)
+	live, _ := heapBytes()
+	return live
 }
 
 // usedMemory is INFO's used_memory and what maxmemory bounds: the live heap
@@ -146,11 +160,20 @@ func (s *Server) usedMemory() int64 {
 // collection first when the figure may be stale (see above).
 func (s *Server) overMaxMemory(limit int64) bool {
 	g := &s.guard
-	if s.usedMemory() <= limit {
-		g.gcEvery = 0
-		return false
-	}
 	held, _ := s.reqMem.stats()
+	if live, objects := heapBytes(); live+held <= limit {
+		// Under it as of the last collection, which may be long ago (or
+		// none yet: live is 0): the heap's objects now, garbage included,
+		// bound what a collection would find. Over that bound, one finds
+		// out, at most once a second.
+		g.gcEvery = 0
+		if objects+held <= limit || time.Since(g.lastGC) < minForcedGC {
+			return false
+		}
+		runtime.GC()
+		g.lastGC, g.heldAtGC = time.Now(), held
+		return s.usedMemory() > limit
+	}
 	if g.gcEvery == 0 || held < g.heldAtGC {
 		g.gcEvery = minForcedGC
 	}
