@@ -274,10 +274,30 @@ func (f *jobStates) match(j *storage.Job) bool {
 	return f.delayed && j.Delayed()
 }
 
+// A JSCAN reply lists at most jscanMaxItems jobs, and with REPLY all stops
+// before a job that would take its SHOW arrays past jscanMaxBytes (but
+// always lists a first job): a call, BUSYLOOP too, that finds more
+// returns a cursor to go on from. So one call's memory is bounded, not
+// the whole job space's.
+const jscanMaxBytes int64 = 4 << 20
+
+var jscanMaxItems = 10_000 // a variable so that tests can lower it
+
+// jscanCost is what a job listed by JSCAN weighs against jscanMaxBytes:
+// its id, and with REPLY all its body and the rest of its SHOW array.
+func jscanCost(j *storage.Job, replyAll bool) int64 {
+	n := int64(len(j.ID)) + 16
+	if replyAll {
+		n += int64(j.BodySize) + int64(len(j.Queue)) + 48*int64(len(j.Nodes)) + 384
+	}
+	return n
+}
+
 // cmdJScan: JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s]…
 // [REPLY id|all]. Each call examines up to COUNT jobs in id order and
 // replies with those that pass the filters: their ids, or with REPLY all
-// their SHOW arrays.
+// their SHOW arrays; at most jscanMaxItems of them and, with REPLY all,
+// about jscanMaxBytes.
 func cmdJScan(s *Server, c *call) {
 	var states jobStates
 	queueName, haveQueue, replyAll := "", false, false
@@ -315,12 +335,19 @@ func cmdJScan(s *Server, c *call) {
 		c.conn.WriteError(errReply)
 		return
 	}
+	// Pages of at most busyLoopPage jobs, until COUNT jobs were examined
+	// (BUSYLOOP: the end), or the reply is full (jscanMaxItems, or
+	// jscanMaxBytes of REPLY all): then the cursor names the last job
+	// examined before the one that did not fit, so the next call goes on
+	// with it.
 	var found []*storage.Job
-	after, done := sa.after, false
-	for {
-		limit := sa.count
-		if sa.busyLoop {
-			limit = max(limit, busyLoopPage)
+	var size int64
+	after, done, examined := sa.after, false, 0
+scan:
+	for sa.busyLoop || examined < sa.count {
+		limit := busyLoopPage
+		if !sa.busyLoop {
+			limit = min(limit, sa.count-examined)
 		}
 		page, err := c.broker.ScanJobs(after, limit)
 		if err != nil {
@@ -329,16 +356,18 @@ func cmdJScan(s *Server, c *call) {
 		}
 		for _, j := range page {
 			if (!haveQueue || j.Queue == queueName) && states.match(j) {
+				cost := jscanCost(j, replyAll)
+				if len(found) == jscanMaxItems || len(found) > 0 && size+cost > jscanMaxBytes {
+					break scan
+				}
 				found = append(found, j)
+				size += cost
 			}
-		}
-		if len(page) > 0 {
-			after = page[len(page)-1].ID
+			after = j.ID
+			examined++
 		}
 		if len(page) < limit {
 			done = true
-		}
-		if done || !sa.busyLoop {
 			break
 		}
 	}
