@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // TestGetJobDeliversInChunks: a GETJOB of many jobs delivers them in
@@ -144,5 +149,56 @@ func TestGetJobCapsCount(t *testing.T) {
 	}
 	if got := f.get(1_000_000, "q"); len(got) != 5 {
 		t.Fatalf("then %d jobs, want the 5 left", len(got))
+	}
+}
+
+// TestGetJobWhileFailedIsBounded: while the store has failed, GETJOB is
+// chunked and capped alike: at most getChunk jobs per hold, a reply at
+// MaxGetBytes, and a job left out for the byte budget is the next GETJOB's
+// first, in order.
+func TestGetJobWhileFailedIsBounded(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	var failing atomic.Bool
+	f := newFixture(t, 4)
+	f.close()
+	f.fs = errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failing.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return errorfs.ErrInjected
+		}
+		return nil
+	}))
+	f.open()
+	const size = 1 << 20
+	for i := range 6 {
+		f.add("big", fmt.Sprintf("%02d", i)+strings.Repeat("x", size-2), nil)
+	}
+	f.addMany("small", 7, nil)
+	if err := f.st.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	failing.Store(true)
+	if res := f.b.AddJobs([]AddRequest{{Queue: "q", Body: []byte("lost"), TTL: 100, Retry: 10}}); res[0].Err == nil {
+		t.Fatal("ADDJOB on a failing disk succeeded")
+	}
+	var order []string
+	for _, want := range []int{3, 3} {
+		got := f.get(100, "big")
+		if len(got) != want {
+			t.Fatalf("GETJOB while failed: %d jobs of 1 MiB, want %d", len(got), want)
+		}
+		for _, d := range got {
+			order = append(order, string(d.Body[:2]))
+		}
+	}
+	if strings.Join(order, " ") != "00 01 02 03 04 05" {
+		t.Fatalf("order: %v", order)
+	}
+	f.b.getChunk = 2
+	var holds []int
+	f.b.testGetHoldHook = func(n int) { holds = append(holds, n) }
+	got := f.get(100, "small")
+	f.b.testGetHoldHook = nil
+	if len(got) != 7 || !slices.Equal(holds, []int{2, 2, 2, 1}) {
+		t.Fatalf("GETJOB of 7 while failed: %d jobs in holds %v, want 7 in 2, 2, 2, 1", len(got), holds)
 	}
 }
