@@ -46,7 +46,16 @@ type Broker struct {
 	// testChunkHook, if set, is called by Tick after each chunk, outside
 	// the lock, with the number of events the chunk fired.
 	testChunkHook func(fired int)
-	closed        bool
+	// getChunk is the most jobs one lock hold of GetJobs delivers
+	// (getChunk; tests set it smaller).
+	getChunk int
+	// maxGetCount is the most jobs one GetJobs delivers (MaxGetCount;
+	// tests set it smaller).
+	maxGetCount int
+	// testGetHoldHook, if set, is called by GetJobs after each of its
+	// holds of mu, outside the lock, with the jobs that hold delivered.
+	testGetHoldHook func(delivered int)
+	closed          bool
 	// running: Run was called (and owns done). Close waits for done only
 	// then: a broker whose Run never started (its daemon failed to open
 	// the rest of the node) closes at once.
@@ -101,16 +110,18 @@ func New(opts Options) (*Broker, error) {
 	}
 	now := opts.Now().UnixMilli()
 	b := &Broker{
-		opts:      opts,
-		st:        opts.Store,
-		node:      opts.Store.NodeID(),
-		selfNodes: []string{opts.Store.NodeID()},
-		queues:    map[string]*queueState{},
-		wheel:     NewWheel(now),
-		fireChunk: fireChunk,
-		wake:      make(chan struct{}, 1),
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
+		opts:        opts,
+		st:          opts.Store,
+		node:        opts.Store.NodeID(),
+		selfNodes:   []string{opts.Store.NodeID()},
+		queues:      map[string]*queueState{},
+		wheel:       NewWheel(now),
+		fireChunk:   fireChunk,
+		getChunk:    getChunk,
+		maxGetCount: MaxGetCount,
+		wake:        make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
 	}
 	// New jobs sort after every job the store has seen, even if the wall
 	// clock was stepped back since they were added.

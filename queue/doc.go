@@ -53,6 +53,13 @@
 // delays other commands by one chunk, not by the whole expiry; events not
 // fired yet stay in the wheel meanwhile (Wheel.AdvanceLimit).
 //
+// GETJOB delivers in chunks the same way: at most getChunk jobs per hold
+// of Broker.mu, sized from the last hold like Tick's, the round-robin
+// over its queues carried from one chunk to the next; and one GETJOB
+// delivers at most MaxGetCount jobs and stops before a job that would take
+// its reply past MaxGetBytes (a first job is always taken), so neither its
+// lock holds nor its reply grow with COUNT.
+//
 // GETJOB reads the bodies of the jobs it is about to deliver before it
 // records their deliveries, under Broker.mu: a job whose body cannot be
 // read (a damaged AOF) is left queued and undelivered — dropped from its

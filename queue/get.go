@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -51,16 +52,69 @@ type delivery struct {
 	// written. lateAt[k] is late[k]'s index in out.
 	late   []*storage.Job
 	lateAt []int
+	// bytes is the replyCost of out; more says whether the call that
+	// delivered out stopped at its count (rather than at its byte budget
+	// or for want of jobs); next is the queue its next pass would start
+	// at.
+	bytes int64
+	more  bool
+	next  int
 }
 
-// GetJobs delivers up to Count jobs from the queues, taken left to right,
-// one per queue per pass (SPEC.md GETJOB). Queues paused for output are
-// skipped. With nothing queued it returns nil at once under NoHang, or
-// blocks until a job is queued (and is then served that one job), Timeout
-// passes or ctx ends. Each job's delivery is durable per the fsync policy
-// before GetJobs returns it (fsynced, for at-most-once jobs). A job whose
-// body cannot be read is not delivered (see deliverLocked).
+// join appends the jobs of a later chunk, o, to d.
+func (d *delivery) join(o delivery) {
+	for k, j := range o.late {
+		d.late = append(d.late, j)
+		d.lateAt = append(d.lateAt, len(d.out)+o.lateAt[k])
+	}
+	d.out = append(d.out, o.out...)
+	d.pending = d.pending.Join(o.pending)
+	d.bytes += o.bytes
+	d.more, d.next = o.more, o.next
+}
+
+// Limits of one GETJOB (SPEC.md leaves COUNT unbounded; Disque built any
+// reply in memory). A GETJOB delivers at most MaxGetCount jobs, and stops
+// taking jobs once their replies would pass MaxGetBytes (a job's body, its
+// id and queue, and some framing: replyCost) — but always takes a first
+// job, whatever its size. The rest stay queued for the next GETJOB; a
+// client asking for more gets fewer, as it does from a short queue.
+const (
+	MaxGetCount       = 10_000
+	MaxGetBytes int64 = 4 << 20
+)
+
+// getChunk bounds the jobs one hold of Broker.mu delivers: a GETJOB of
+// more delivers them in chunks, each under its own hold, so the other
+// clients are served between chunks. A delivery costs about what a fired
+// timer does (fireChunk): an index read and write, and its body's read.
+const getChunk = 128
+
+// replyCost is what a delivered job weighs against MaxGetBytes: its body,
+// id and queue, and the RESP framing and Delivered around them.
+func replyCost(j *storage.Job) int64 {
+	return int64(j.BodySize) + int64(len(j.ID)) + int64(len(j.Queue)) + 64
+}
+
+// take bounds one deliverLocked call.
+type take struct {
+	count int   // at most this many jobs
+	bytes int64 // whose replyCost sums to at most this, but for a first job
+	first bool  // nothing delivered yet to this GETJOB: take a first job whatever its cost
+	start int   // the queue the first pass starts at (index among the unpaused), for the round-robin across chunks
+}
+
+// GetJobs delivers up to Count jobs (at most MaxGetCount and MaxGetBytes)
+// from the queues, taken left to right, one per queue per pass (SPEC.md
+// GETJOB). Queues paused for output are skipped. With nothing queued it
+// returns nil at once under NoHang, or blocks until a job is queued (and
+// is then served that one job), Timeout passes or ctx ends. Each job's
+// delivery is durable per the fsync policy before GetJobs returns it
+// (fsynced, for at-most-once jobs). A job whose body cannot be read is not
+// delivered (see deliverLocked). Jobs are delivered getChunk at a time,
+// each chunk under its own hold of Broker.mu.
 func (b *Broker) GetJobs(ctx context.Context, req GetRequest) ([]Delivered, error) {
+	count := min(max(req.Count, 1), b.maxGetCount)
 	now := b.nowMillis()
 	b.mu.Lock()
 	if err := b.checkOpenLocked(); err != nil {
@@ -68,27 +122,20 @@ func (b *Broker) GetJobs(ctx context.Context, req GetRequest) ([]Delivered, erro
 		return nil, err
 	}
 	if b.st.Failing() {
-		// The AOF failed: no delivery can be logged until the store is
-		// reopened. Serve what is safe without a record; a GETJOB that
-		// would block is told why instead (nothing can be queued now).
-		out, err := b.deliverWhileFailedLocked(req.Queues, max(req.Count, 1), now)
 		b.mu.Unlock()
-		switch {
-		case err != nil:
-			return nil, err
-		case len(out) > 0:
-			return out, nil
-		case req.NoHang:
-			return nil, nil
-		}
-		return nil, wrapStore(fmt.Errorf("%w: %w", storage.ErrFailed, b.st.Err()))
+		return b.getWhileFailed(req, count)
 	}
-	got, err := b.deliverLocked(req.Queues, max(req.Count, 1), now)
+	start := time.Now() // for sizing chunks only
+	first := b.firstTake(count)
+	got, err := b.deliverLocked(req.Queues, first, now)
 	if err != nil || len(got.out) > 0 || req.NoHang {
+		hold := time.Since(start)
 		b.mu.Unlock()
+		b.holdDone(len(got.out))
 		if err != nil {
 			return nil, err
 		}
+		b.deliverMore(&got, req.Queues, count, nextChunk(first.count, len(got.out), hold, b.getChunk))
 		return b.finish(got)
 	}
 	w := &waiter{queues: slices.Clone(req.Queues), ch: make(chan waiterResult, 1)}
@@ -120,6 +167,92 @@ func (b *Broker) GetJobs(ctx context.Context, req GetRequest) ([]Delivered, erro
 	b.removeWaiterLocked(w)
 	b.mu.Unlock()
 	return nil, ctx.Err()
+}
+
+// firstTake is the first chunk of a GETJOB of count jobs.
+func (b *Broker) firstTake(count int) take {
+	return take{count: min(count, b.getChunk), bytes: MaxGetBytes, first: true}
+}
+
+// deliverMore delivers the chunks after the first of a GETJOB of count
+// jobs into got, each under its own hold of Broker.mu, until count, the
+// byte budget, or a chunk that finds fewer jobs than it asked for. Like
+// Tick's, each chunk is sized from the last one's hold (nextChunk: about
+// chunkHold), starting at limit, at most getChunk jobs. An error (or the
+// broker closing, or the store failing) ends it: the jobs of got are
+// delivered already, and are returned.
+func (b *Broker) deliverMore(got *delivery, names []string, count, limit int) {
+	for len(got.out) < count && got.more {
+		// Let a client woken by the last Unlock take the lock first (see
+		// Tick).
+		runtime.Gosched()
+		t := take{count: min(count-len(got.out), limit), bytes: MaxGetBytes - got.bytes, start: got.next}
+		b.mu.Lock()
+		if b.closed || b.st.Failing() {
+			b.mu.Unlock()
+			return
+		}
+		start := time.Now()
+		d, err := b.deliverLocked(names, t, b.nowMillis())
+		hold := time.Since(start)
+		b.mu.Unlock()
+		b.holdDone(len(d.out))
+		if err != nil {
+			return
+		}
+		got.join(d)
+		limit = nextChunk(limit, len(d.out), hold, b.getChunk)
+	}
+}
+
+// getWhileFailed is GetJobs while the store has failed: chunks of
+// deliverWhileFailedLocked, each under its own hold of Broker.mu.
+func (b *Broker) getWhileFailed(req GetRequest, count int) ([]Delivered, error) {
+	var out []Delivered
+	budget := MaxGetBytes
+	for len(out) < count {
+		n := min(count-len(out), b.getChunk)
+		b.mu.Lock()
+		if err := b.checkOpenLocked(); err != nil {
+			b.mu.Unlock()
+			if len(out) > 0 {
+				break
+			}
+			return nil, err
+		}
+		// Serve what is safe without a record (deliverWhileFailedLocked).
+		got, used, err := b.deliverWhileFailedLocked(req.Queues, n, budget, len(out) == 0, b.nowMillis())
+		b.mu.Unlock()
+		b.holdDone(len(got))
+		if err != nil {
+			if len(out) > 0 {
+				break // those are handed out: nothing was recorded
+			}
+			return nil, err
+		}
+		out = append(out, got...)
+		budget -= used
+		if len(got) < n || budget <= 0 {
+			break
+		}
+	}
+	switch {
+	case len(out) > 0:
+		return out, nil
+	case req.NoHang:
+		return nil, nil
+	}
+	// A GETJOB that would block is told why instead (nothing can be queued
+	// now).
+	return nil, wrapStore(fmt.Errorf("%w: %w", storage.ErrFailed, b.st.Err()))
+}
+
+// holdDone is called after each hold of Broker.mu in which GetJobs
+// delivered jobs (tests watch the chunks).
+func (b *Broker) holdDone(delivered int) {
+	if b.testGetHoldHook != nil {
+		b.testGetHoldHook(delivered)
+	}
 }
 
 func (b *Broker) finishWaiter(r waiterResult) ([]Delivered, error) {
@@ -183,7 +316,13 @@ type candidate struct {
 // after it was added) is read after the wait instead (finish): reading it
 // here would wait under mu for the AOF write — for the fsync, under
 // appendfsync always — and it was written from memory just now.
-func (b *Broker) deliverLocked(names []string, count int, now int64) (delivery, error) {
+//
+// It delivers at most t.count jobs, and stops before a job that would take
+// the replies past t.bytes (unless t.first and it is the first); those not
+// taken go back to their heads. Its passes over the queues start at
+// t.start, and the delivery says where the next one would (next), so that
+// the chunks of one GETJOB keep its round-robin.
+func (b *Broker) deliverLocked(names []string, t take, now int64) (delivery, error) {
 	var qs []*queueState
 	for _, name := range names {
 		if b.st.PauseState(name)&storage.PauseOut != 0 {
@@ -194,8 +333,21 @@ func (b *Broker) deliverLocked(names []string, count int, now int64) (delivery, 
 		}
 	}
 	retryFn := func(j *storage.Job) int64 { return retryTime(now, j.Retry) }
+	count := t.count
 	var d delivery
+	if len(qs) > 0 {
+		d.next = t.start % len(qs)
+	}
+	full := false // stopped at the byte budget
 	for len(d.out) < count {
+		if full {
+			if !t.first || len(d.out) > 0 {
+				break
+			}
+			// The first job taken was not delivered (unreadable, or
+			// stale): take a first one again.
+			full = false
+		}
 		for _, q := range qs {
 			if err := b.refillLocked(q, count-len(d.out)); err != nil {
 				return delivery{}, wrapStore(err)
@@ -204,13 +356,16 @@ func (b *Broker) deliverLocked(names []string, count int, now int64) (delivery, 
 		var cands []candidate
 		for progress := true; progress && len(cands)+len(d.out) < count; {
 			progress = false
-			for _, q := range qs {
+			start := d.next
+			for k := range qs {
 				if len(cands)+len(d.out) == count {
 					break
 				}
-				if p, ok := q.head.Pop(); ok {
-					cands = append(cands, candidate{q, p})
+				i := (start + k) % len(qs)
+				if p, ok := qs[i].head.Pop(); ok {
+					cands = append(cands, candidate{qs[i], p})
 					progress = true
+					d.next = (i + 1) % len(qs)
 				}
 			}
 		}
@@ -227,6 +382,27 @@ func (b *Broker) deliverLocked(names []string, count int, now int64) (delivery, 
 				c.q.head.Insert(c.pos) // still queued: back where they were
 			}
 			return delivery{}, wrapStore(err)
+		}
+		// Take jobs up to the byte budget; the rest go back to their heads
+		// (they are still queued: nothing was applied).
+		cost := make([]int64, len(jobs))
+		used := d.bytes
+		for i, j := range jobs {
+			if j == nil {
+				continue
+			}
+			cost[i] = replyCost(j)
+			if used+cost[i] > t.bytes && !(t.first && used == 0) {
+				for k := i; k < len(jobs); k++ {
+					if jobs[k] != nil {
+						cands[k].q.head.Insert(cands[k].pos)
+						jobs[k] = nil
+					}
+				}
+				full = true
+				break
+			}
+			used += cost[i]
 		}
 		// Read the durable bodies; the others are read in finish.
 		durable := b.st.Durable()
@@ -283,9 +459,11 @@ func (b *Broker) deliverLocked(names []string, count int, now int64) (delivery, 
 			}
 			d.out = append(d.out, Delivered{Queue: j.Queue, ID: j.ID, Body: bodies[i], Nacks: j.Nacks,
 				AdditionalDeliveries: j.AdditionalDeliveries})
+			d.bytes += cost[i]
 		}
 		d.pending = d.pending.Join(p)
 	}
+	d.more = len(d.out) == count && !full
 	return d, nil
 }
 
@@ -346,31 +524,44 @@ func (b *Broker) noteUnreadableLocked(j *storage.Job, err error, what string) {
 // store is reopened, and the cursors with it. It never blocks: nothing can
 // be queued while the store is failed. A job whose body cannot be read is
 // passed over, and counted.
-func (b *Broker) deliverWhileFailedLocked(names []string, count int, now int64) ([]Delivered, error) {
+func (b *Broker) deliverWhileFailedLocked(names []string, count int, budget int64, first bool, now int64) ([]Delivered, int64, error) {
 	if b.failedCursor == nil {
 		b.failedCursor = map[string]storage.QueuePos{}
 	}
 	durable := b.st.Durable()
 	var jobs []*storage.Job
+	var used int64
+	full := false // the next job would pass the budget
 	for _, name := range names {
+		if full || len(jobs) == count {
+			break
+		}
 		if b.st.PauseState(name)&storage.PauseOut != 0 {
 			continue
 		}
 		cur := b.failedCursor[name]
+	pages:
 		for len(jobs) < count {
 			page, err := b.st.QueueRange(name, cur, 256)
 			if err != nil {
-				return nil, wrapStore(err)
+				return nil, 0, wrapStore(err)
 			}
 			for _, p := range page {
-				cur = p
 				j, err := b.st.Job(p.ID)
 				if err != nil || j.State != storage.StateQueued || j.Retry == 0 || j.BodyLSN >= durable {
+					cur = p
 					continue
 				}
+				if c := replyCost(j); used+c <= budget || first && used == 0 {
+					used += c
+				} else {
+					full = true // this one is left for the next GETJOB
+					break pages
+				}
+				cur = p
 				jobs = append(jobs, j)
 				if len(jobs) == count {
-					break
+					break pages
 				}
 			}
 			if len(page) < 256 {
@@ -395,7 +586,10 @@ func (b *Broker) deliverWhileFailedLocked(names []string, count int, now int64) 
 		b.stats.JobsDelivered++
 		out = append(out, Delivered{Queue: j.Queue, ID: j.ID, Body: r.Body, Nacks: j.Nacks, AdditionalDeliveries: j.AdditionalDeliveries})
 	}
-	return out, nil
+	if full && len(out) < count {
+		used = budget // stop here, even if some were not found or unreadable
+	}
+	return out, used, nil
 }
 
 // serveWaitersLocked hands queued jobs of q to its blocked clients, oldest
@@ -410,7 +604,7 @@ func (b *Broker) serveWaitersLocked(q *queueState, now int64) {
 			q.waiters = q.waiters[1:]
 			continue
 		}
-		got, err := b.deliverLocked([]string{q.name}, 1, now)
+		got, err := b.deliverLocked([]string{q.name}, take{count: 1, bytes: MaxGetBytes, first: true}, now)
 		if err != nil || len(got.out) == 0 {
 			return
 		}

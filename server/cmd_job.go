@@ -181,7 +181,7 @@ func parseGetJob(args [][]byte) (queue.GetRequest, bool, string) {
 				if !ok || v <= 0 {
 					return req, false, "ERR COUNT must be greater than zero"
 				}
-				req.Count = int(min(v, 1<<20))
+				req.Count = int(min(v, queue.MaxGetCount)) // more gets no more (queue.MaxGetCount)
 			}
 			i++
 		default:

@@ -364,10 +364,30 @@ func (f *jobStates) match(j *storage.Job) bool {
 	return f.delayed && j.Delayed()
 }
 
+// A JSCAN reply lists at most jscanMaxItems jobs, and with REPLY all stops
+// before a job that would take its SHOW arrays past jscanMaxBytes (but
+// always lists a first job): a call, BUSYLOOP too, that finds more
+// returns a cursor to go on from. So one call's memory is bounded, not
+// the whole job space's.
+const jscanMaxBytes int64 = 4 << 20
+
+var jscanMaxItems = 10_000 // a variable so that tests can lower it
+
+// jscanCost is what a job listed by JSCAN weighs against jscanMaxBytes:
+// its id, and with REPLY all its body and the rest of its SHOW array.
+func jscanCost(j *storage.Job, replyAll bool) int64 {
+	n := int64(len(j.ID)) + 16
+	if replyAll {
+		n += int64(j.BodySize) + int64(len(j.Queue)) + 48*int64(len(j.Nodes)) + 384
+	}
+	return n
+}
+
 // cmdJScan: JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s]…
 // [REPLY id|all]. Each call examines up to COUNT jobs in id order and
 // replies with those that pass the filters: their ids, or with REPLY all
-// their SHOW arrays.
+// their SHOW arrays; at most jscanMaxItems of them and, with REPLY all,
+// about jscanMaxBytes.
 func cmdJScan(s *Server, c *call) {
 	var states jobStates
 	queueName, haveQueue, replyAll := "", false, false
@@ -405,15 +425,25 @@ func cmdJScan(s *Server, c *call) {
 		c.conn.WriteError(errReply)
 		return
 	}
+	// Pages of at most busyLoopPage jobs, until COUNT jobs were examined
+	// and those at the last one's position (BUSYLOOP: the end), or the
+	// reply is full (jscanMaxItems, or jscanMaxBytes of REPLY all): then
+	// the cursor is the position of the job that did not fit, so the next
+	// call starts with it (a job at that position already listed may be
+	// listed again: every job is listed at least once). The jobs at the
+	// first position examined are all listed, over the limits if need be
+	// (ids share a position only by chance, or by forgery), so a call always
+	// moves the cursor on.
 	prefix := jobIDPrefix(c.broker.NodeID())
 	var found []*storage.Job
+	var size int64
 	after := jobsFrom(prefix, sa.pos)
-	examined, last, next := 0, uint64(0), uint64(0)
+	examined, first, last, next := 0, uint64(0), uint64(0), uint64(0)
 scan:
 	for {
-		limit := sa.count + 1 // and the next call's position
+		limit := min(sa.count+1, busyLoopPage) // +1: the next call's position
 		if sa.busyLoop {
-			limit = max(limit, busyLoopPage)
+			limit = busyLoopPage
 		}
 		page, err := c.broker.ScanJobs(after, limit)
 		if err != nil {
@@ -427,10 +457,20 @@ scan:
 				next = pos
 				break scan
 			}
-			examined, last = examined+1, pos
 			if (!haveQueue || j.Queue == queueName) && states.match(j) {
+				cost := jscanCost(j, replyAll)
+				full := len(found) >= jscanMaxItems || len(found) > 0 && size+cost > jscanMaxBytes
+				if full && pos != first {
+					next = pos
+					break scan
+				}
 				found = append(found, j)
+				size += cost
 			}
+			if examined == 0 {
+				first = pos
+			}
+			examined, last = examined+1, pos
 		}
 		if len(page) < limit {
 			break

@@ -59,7 +59,11 @@
 // written out once they hold 1 MiB of job bodies instead of at the end of
 // the pipeline, so a consumer that asks for much and reads slowly blocks
 // its own connection, with at most that much plus one reply buffered for
-// it, and nobody else's.
+// it, and nobody else's. One reply is bounded too: GETJOB delivers at most
+// queue.MaxGetCount jobs and about queue.MaxGetBytes (a larger COUNT gets
+// fewer), and a JSCAN reply lists at most jscanMaxItems jobs and, with
+// REPLY all, about jscanMaxBytes — BUSYLOOP included, which then returns a
+// cursor to go on from (cmd_scan.go); a first job always fits.
 //
 // A store that failed (an AOF write or fsync error) answers writes with
 // -IOERR, one fixed text (errors.go; the store logs the error, with its
