@@ -26,7 +26,25 @@ import (
 // missing body, and every at-most-once job is delivered exactly once: a
 // GETJOB used to fail with "wal: no record at lsn … below the first
 // segment" after recording the delivery, so such a job was never delivered.
+//
+// Whether a read meets a moved body is up to the scheduler: on a loaded
+// machine a run may race nothing, and is run again (three runs at most).
 func TestReadsRaceTheSegmentCollector(t *testing.T) {
+	for run := 1; ; run++ {
+		raced := readsRaceTheSegmentCollector(t)
+		if raced || t.Failed() {
+			return
+		}
+		if run == 3 {
+			t.Fatalf("%d runs raced nothing: no read met a body the collector had moved", run)
+		}
+		t.Logf("run %d raced nothing; again", run)
+	}
+}
+
+// readsRaceTheSegmentCollector is one run of the test above; it reports
+// whether the collector moved bodies and a read followed one.
+func readsRaceTheSegmentCollector(t *testing.T) (raced bool) {
 	jobs := 3000
 	if raceEnabled {
 		jobs = 1000
@@ -283,7 +301,7 @@ func TestReadsRaceTheSegmentCollector(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	if t.Failed() {
-		return
+		return false
 	}
 	for _, id := range ids {
 		if n := delivered[id]; n != 1 {
@@ -293,10 +311,9 @@ func TestReadsRaceTheSegmentCollector(t *testing.T) {
 	if n := b.QueueLen("q"); n != 0 {
 		t.Errorf("%d jobs still queued", n)
 	}
-	if c := st.Stats().Collect; c.BodiesMoved == 0 || c.SegmentsRemoved == 0 || followed.Load() == 0 {
-		t.Errorf("the collector did nothing (%+v, %d bodies read after a move): the test raced nothing", c, followed.Load())
-	}
-	t.Logf("collector: %+v; %d bodies read after they moved", st.Stats().Collect, followed.Load())
+	c := st.Stats().Collect
+	t.Logf("collector: %+v; %d bodies read after they moved", c, followed.Load())
+	return c.BodiesMoved > 0 && c.SegmentsRemoved > 0 && followed.Load() > 0
 }
 
 // aofSyncs matches the fsyncs of AOF segments (errorfs predicate).
