@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/storage"
 	"github.com/redis/go-redis/v9"
 )
@@ -603,16 +602,7 @@ func TestJScanSharedPositionsAndOtherNodes(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	st, err = storage.Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := queue.New(queue.Options{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go b.Run()
-	t.Cleanup(func() { b.Close(); st.Close() })
+	b := runBroker(t, dir, opts)
 	s, addr := startServer(t)
 	s.SetBroker(b)
 	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1})

@@ -11,7 +11,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
-	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/storage"
 	"github.com/redis/go-redis/v9"
 )
@@ -49,16 +48,7 @@ func TestFailedStoreRepliesAndInfo(t *testing.T) {
 	opts := storage.TestingOptions()
 	opts.FS = fs
 	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	st, err := storage.Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := queue.New(queue.Options{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go b.Run()
-	t.Cleanup(func() { b.Close(); st.Close() })
+	b := runBroker(t, dir, opts)
 	s, addr := startServerOpts(t, "127.0.0.1:0", Options{
 		Info:   InfoSource{AOFEnabled: true, AppendFsync: "always"},
 		Logger: opts.Logger,

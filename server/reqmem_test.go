@@ -19,17 +19,7 @@ func newDiskBroker(t *testing.T) *queue.Broker {
 	t.Helper()
 	opts := storage.TestingOptions()
 	opts.FS = vfs.Default
-	st, err := storage.Open(filepath.Join(t.TempDir(), "data"), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := queue.New(queue.Options{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go b.Run()
-	t.Cleanup(func() { b.Close(); st.Close() })
-	return b
+	return runBroker(t, filepath.Join(t.TempDir(), "data"), opts)
 }
 
 // infoInt reads one integer field of INFO (-1 when it is missing).

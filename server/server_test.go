@@ -44,12 +44,20 @@ func newBrokerOn(tb testing.TB, fs vfs.FS) *queue.Broker {
 	tb.Helper()
 	opts := storage.TestingOptions()
 	opts.FS = fs
-	st, err := storage.Open("data", opts)
+	return runBroker(tb, "data", opts)
+}
+
+// runBroker runs a broker over a store opened on dir with opts; both close
+// at cleanup (after anything registered later, such as a server over them).
+func runBroker(tb testing.TB, dir string, opts storage.Options) *queue.Broker {
+	tb.Helper()
+	st, err := storage.Open(dir, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	b, err := queue.New(queue.Options{Store: st})
 	if err != nil {
+		st.Close()
 		tb.Fatal(err)
 	}
 	go b.Run()
