@@ -290,3 +290,37 @@ func TestBackPressureWakesOnClose(t *testing.T) {
 		t.Errorf("the writer: %v, want ErrClosed", err)
 	}
 }
+
+// TestCompactOrderIndexFlushFails: CompactOrderIndex waits for the flush of
+// the memtable it overlaps, and that flush fails. It returns ErrFailed and
+// Close ends. (It waited for a flush that never came, holding the pin Close
+// waits for.)
+func TestCompactOrderIndexFlushFails(t *testing.T) {
+	mine := "storage." + t.Name() // frames of this test's goroutines
+	h := newHeldFlush(syscall.EIO)
+	opts := heldFlushOptions(h)
+	s, err := Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if err := s.Add(newTestJob(s.NodeID(), "q", uint64(1000+i)*1_000_000, 60), []byte("b")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.armed.Store(true)
+	compacted := make(chan error, 1)
+	go func() { compacted <- s.CompactOrderIndex(t.Context()) }()
+	<-h.blocked
+	waitFor(t, "the compaction to wait for its flush", func() bool {
+		return stackContains("storage.(*Store).CompactOrderIndex", mine)
+	})
+	h.let()
+	within(t, "Failed()", s.Failed())
+	if err := within(t, "CompactOrderIndex", compacted); !errors.Is(err, ErrFailed) {
+		t.Errorf("CompactOrderIndex: %v, want ErrFailed", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	within(t, "Close", closed)
+}
