@@ -23,13 +23,15 @@ import (
 // pebbleMemTableStopWrites, pebbleL0StopWrites) and applies the same limits
 // itself, before it takes any lock of its own (Store.waitForIndexRoom):
 //
-//   - memtables: while a flush runs, at most MemTableSize bytes of memtable
-//     (estimated: batch bytes plus memtableEntryOverhead a key) are handed
-//     to Pebble; past that a writer waits for the flush to end. That is
-//     Pebble's threshold of 2 (one memtable flushing while the next fills),
-//     give or take the estimate and one write-buffer flush: the wait is
-//     before Store.mu, and a writer that passed it may still flush the
-//     buffer it finds full.
+//   - memtables: while a flush runs, at most 7/8 of MemTableSize bytes of
+//     memtable (estimated: batch bytes plus memtableEntryOverhead a key)
+//     are handed to Pebble; past that a writer waits for the flush to end.
+//     That is Pebble's threshold of 2 (one memtable flushing while the next
+//     fills; Pebble rotates a memtable once the next batch's worst case
+//     no longer fits, about 7/8 full with 2 MiB buffer flushes), give or
+//     take the estimate and one write-buffer flush: the wait is before
+//     Store.mu, and a writer that passed it may still flush the buffer it
+//     finds full.
 //   - L0: while L0 has at least l0StopWrites sublevels (36, as Pebble's was:
 //     three times L0CompactionThreshold), a writer waits for a compaction
 //     to end. The sublevel count is read from DB.Metrics by a goroutine of
@@ -82,7 +84,8 @@ type indexRoom struct {
 	done chan struct{}
 }
 
-func newIndexRoom(memLimit int64, l0Limit int64) *indexRoom {
+func newIndexRoom(memTableSize int64, l0Limit int64) *indexRoom {
+	memLimit := memTableSize - memTableSize/8
 	return &indexRoom{memLimit: memLimit, l0Limit: l0Limit, changed: make(chan struct{}), poke: make(chan struct{}, 1)}
 }
 

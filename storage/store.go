@@ -32,8 +32,8 @@ type Store struct {
 	// wal's and Pebble's locks (LOCKS.md). mu is never held for an
 	// operation's durability (Pending.Wait), but it is held for I/O: Pebble
 	// reads past the job cache and the buffer, a scan page's merge, a buffer
-	// flush (Batch.Commit, which may wait in a Pebble write stall for a
-	// flush, and so for the AOF fsync of FlushBegin), and Enqueue's
+	// flush (Batch.Commit: a memtable insert; never a write stall, which the
+	// store's back-pressure does before mu: backpressure.go), and Enqueue's
 	// back-pressure (more than wal MaxPending waiting for the writer).
 	mu      sync.Mutex
 	applied wal.LSN // end of the last record applied to the index
