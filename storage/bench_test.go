@@ -136,6 +136,7 @@ func BenchmarkReopen(b *testing.B) {
 					b.Fatal(err)
 				}
 				s.fence.fence(fmt.Errorf("benchmark: simulated crash"))
+				s.room.stopMeasuring()
 				s.fence.release()
 				s.db.Close()
 				s.log.Close()
@@ -155,6 +156,7 @@ func BenchmarkReopen(b *testing.B) {
 				}
 				// Leave the store as found: long tails stay unflushed.
 				s.fence.fence(fmt.Errorf("benchmark: close without checkpoint"))
+				s.room.stopMeasuring()
 				s.fence.release()
 				s.db.Close()
 				s.log.Close()

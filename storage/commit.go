@@ -115,6 +115,9 @@ func (p Pending) Wait() error {
 }
 
 func (s *Store) apply(ops []*op, res []Result) Pending {
+	// The index's back-pressure, before mu: a writer never waits inside
+	// Pebble for a flush or a compaction with mu held (backpressure.go).
+	s.waitForIndexRoom()
 	s.mu.Lock()
 	if err := s.usableLocked(); err != nil {
 		s.mu.Unlock()
@@ -803,6 +806,9 @@ func (s *Store) flushBufferLocked() error {
 	}
 	if err == nil {
 		err = b.Commit(pebble.NoSync)
+	}
+	if err == nil {
+		s.room.add(b)
 	}
 	if err != nil {
 		s.flushBatch = nil

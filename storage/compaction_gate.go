@@ -21,8 +21,9 @@ import (
 // than 7 s was Open waiting for it (bench/README.md, 10M delayed jobs;
 // upstream cockroachdb/pebble#5420). Held until pebble.Open returns, the
 // same compaction runs beside the replay of the AOF tail. (Not later: the
-// replay may flush memtables, and with L0 at its stop-writes threshold it
-// would wait for a compaction the gate did not allow.)
+// replay may flush memtables, and with L0 at the store's stop-writes
+// threshold (backpressure.go) it would wait for a compaction the gate did
+// not allow.)
 type compactionGate struct {
 	mu     sync.Mutex
 	db     pebble.DBForCompaction

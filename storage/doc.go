@@ -168,9 +168,17 @@
 // metrics).
 //
 // The commit lock is held for the index's I/O, not for durability: the
-// Pebble reads and scan merges above, and a write-buffer flush, which
-// Pebble may hold in a write stall until a memtable flush (and so the AOF
-// fsync of its FlushBegin hook) is done. The store owns the job state
+// Pebble reads and scan merges above, and a write-buffer flush (a memtable
+// insert). It is never held across a wait for a memtable flush or a
+// compaction: the store does the index's write back-pressure itself
+// (backpressure.go), before it takes the commit lock, and Pebble's own
+// write stalls are out of reach. While a flush runs, at most MemTableSize
+// more (estimated memtable bytes) goes to Pebble, and while L0 has 36
+// sublevels nothing does: writers (Commit, Apply, the checkpoint) wait —
+// reads do not — and go on when the flush or a compaction ends, when the
+// store fails (a flush that failed never ends: they return ErrFailed) or
+// when Close begins. Memory stays at about two memtables plus one write
+// buffer flush, as with Pebble's thresholds. The store owns the job state
 // machine and every change to it goes through the commit lock, whoever
 // applies it: package queue's broker for the lifecycle, the checkpoint and
 // package gc's collector for the records that move bodies and carry state

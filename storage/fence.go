@@ -22,9 +22,9 @@ import (
 // count consecutive flush errors and backoff"), and compactions likewise, so
 // an error returned at once made it spin (25,833 flushes in an idle second).
 // A blocked flush or compaction holds no lock that reads need: Pebble
-// releases DB.mu around that I/O. (A commit already waiting in a Pebble
-// write stall for that flush does wait, with Store.mu held: LOCKS.md,
-// "Known cycle".) Store.Close releases the fence just before
+// releases DB.mu around that I/O, and no commit waits for it inside Pebble
+// (the store's back-pressure waits outside every store lock and wakes on
+// Failed: backpressure.go). Store.Close releases the fence just before
 // it closes Pebble, whose Close marks the DB closed (so that nothing is
 // rescheduled) and then waits for the flush and compactions that the
 // release lets fail.

@@ -60,6 +60,7 @@ func TestOpenOnFullDiskIsReadOnly(t *testing.T) {
 	<-s.ckptDone
 	s.stopVerify()
 	s.fence.fence(errors.New("test: crash"))
+	s.room.stopMeasuring()
 	s.fence.release()
 	s.db.Close()
 	s.log.Close()

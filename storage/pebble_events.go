@@ -70,6 +70,7 @@ func (s *Store) eventListener() *pebble.EventListener {
 		// Pebble persists a memtable only after this returns: make every
 		// record the memtable holds durable in the AOF first.
 		FlushBegin: func(pebble.FlushInfo) {
+			s.room.flushBegin() // backpressure.go
 			// Before the AOF is open the index holds nothing from it.
 			if l := s.logRef.Load(); l != nil {
 				if err := l.Sync(); err != nil {
@@ -77,6 +78,10 @@ func (s *Store) eventListener() *pebble.EventListener {
 				}
 			}
 		},
+		// The store's back-pressure waits for flushes and compactions
+		// (backpressure.go); these take only its leaf lock.
+		FlushEnd:      func(pebble.FlushInfo) { s.room.flushEnd() },
+		CompactionEnd: func(pebble.CompactionInfo) { s.room.kick() },
 		// Pebble's default ends the process (Logger.Fatalf). The store
 		// fails instead; the read that met the corruption returns it too
 		// (indexErr).

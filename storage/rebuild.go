@@ -54,6 +54,7 @@ func (s *Store) openIndex(popts *pebble.Options) error {
 		}
 		s.db = db
 		s.buf.pebble = db // the write buffer's invariant checks read it
+		s.room.start(db)  // backpressure.go
 		// Compactions were held so that pebble.Open did not wait for one
 		// (see compactionGate). They must run from now on: the replay may
 		// flush memtables, and with L0 at Pebble's stop-writes threshold
@@ -63,6 +64,7 @@ func (s *Store) openIndex(popts *pebble.Options) error {
 	}
 	closeDB := func() {
 		if s.db != nil {
+			s.room.stopMeasuring()
 			s.fence.release()
 			s.db.Close()
 			s.db = nil
@@ -181,7 +183,7 @@ func (s *Store) markRebuild() error {
 	if err := s.db.Set(keyRebuild, []byte{1}, pebble.NoSync); err != nil {
 		return err
 	}
-	return s.db.Flush()
+	return s.flushIndex()
 }
 
 // aofHasRecords reports whether the store's AOF holds any record.
@@ -255,6 +257,7 @@ func (s *Store) replayAll() error {
 		s.applied = next
 		n++
 		if len(s.buf.rangeDels) > 0 || s.buf.bytes >= 8*s.opts.WriteBufferSize {
+			s.waitForIndexRoom() // nobody else holds mu yet
 			if err := s.flushBufferLocked(); err != nil {
 				return err
 			}
@@ -274,7 +277,7 @@ func (s *Store) replayAll() error {
 		err = s.flushBufferLocked()
 	}
 	if err == nil {
-		err = s.db.Flush()
+		err = s.flushIndex()
 	}
 	if s.flushBatch != nil {
 		err = errors.Join(err, s.flushBatch.Close())

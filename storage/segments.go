@@ -297,7 +297,26 @@ func (s *Store) CompactOrderIndex(ctx context.Context) error {
 		return err
 	}
 	defer s.unpin()
+	// Compact first flushes the memtables it overlaps and waits for that
+	// flush, which never ends once the index failed (fence.go): stop
+	// waiting when the store fails or closes (Close waits for the pin).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.failedCh:
+		case <-s.ckptStop:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
 	if err := s.db.Compact(ctx, []byte{prefixQueue}, []byte{prefixSchedule + 1}, false); err != nil {
+		s.mu.Lock()
+		uerr := s.usableLocked()
+		s.mu.Unlock()
+		if uerr != nil {
+			return uerr
+		}
 		return fmt.Errorf("storage: compact the order index: %w", err)
 	}
 	s.mu.Lock()

@@ -32,8 +32,8 @@ type Store struct {
 	// wal's and Pebble's locks (LOCKS.md). mu is never held for an
 	// operation's durability (Pending.Wait), but it is held for I/O: Pebble
 	// reads past the job cache and the buffer, a scan page's merge, a buffer
-	// flush (Batch.Commit, which may wait in a Pebble write stall for a
-	// flush, and so for the AOF fsync of FlushBegin), and Enqueue's
+	// flush (Batch.Commit: a memtable insert; never a write stall, which the
+	// store's back-pressure does before mu: backpressure.go), and Enqueue's
 	// back-pressure (more than wal MaxPending waiting for the writer).
 	mu      sync.Mutex
 	applied wal.LSN // end of the last record applied to the index
@@ -112,6 +112,9 @@ type Store struct {
 	// read-only and the replayed tail lives in the write buffer only.
 	readOnly bool
 	gate     *compactionGate // the index's compaction scheduler
+	// room is the index's write back-pressure (backpressure.go), which
+	// writers wait for before they take mu.
+	room *indexRoom
 }
 
 // RecoveryInfo describes what Open did.
@@ -174,6 +177,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		ckptDone:      make(chan struct{}),
 		pebbleLog:     &rateLimitedLog{l: opts.Logger, every: pebbleLogEvery},
 		readOnly:      !room,
+		room:          newIndexRoom(int64(opts.MemTableSize), l0StopWrites),
 	}
 	if err := s.open(); err != nil {
 		s.closeFiles()
@@ -259,9 +263,14 @@ func (s *Store) open() error {
 	// backlog it cut the server's CPU per ADDJOB by about 10% and raised
 	// ADDJOB throughput by as much, and left consumption unchanged (bench/README.md).
 	// Point reads pay little for the deeper L0 (bloom filters); the stop
-	// threshold keeps Pebble's ratio of 3.
+	// threshold (l0StopWrites, 36) keeps Pebble's ratio of 3.
 	popts.L0CompactionThreshold = 12
-	popts.L0StopWritesThreshold = 36
+	// Pebble's write stalls are out of reach: a commit waits for a flush
+	// or a compaction before it takes the store's locks, never inside
+	// Pebble under them (backpressure.go). Its memtable threshold of 2 and
+	// the L0 threshold of 36 are the store's.
+	popts.MemTableStopWritesThreshold = pebbleMemTableStopWrites
+	popts.L0StopWritesThreshold = pebbleL0StopWrites
 	// Read-only, Pebble writes nothing: no MANIFEST, no OPTIONS file.
 	popts.ReadOnly = s.readOnly
 	if err := s.openIndex(popts); err != nil { // rebuild.go
@@ -473,6 +482,7 @@ func (s *Store) replay() error {
 		n++
 		// Read-only, the tail stays in the buffer (Pebble takes no write).
 		if !s.readOnly && (len(s.buf.rangeDels) > 0 || s.buf.bytes >= 8*s.opts.WriteBufferSize) {
+			s.waitForIndexRoom() // nobody else holds mu yet
 			if err := s.flushBufferLocked(); err != nil {
 				return err
 			}
@@ -670,6 +680,7 @@ func (s *Store) Checkpoint() error {
 	defer s.unpin()
 	s.ckptMu.Lock()
 	defer s.ckptMu.Unlock()
+	s.waitForIndexRoom()
 	s.mu.Lock()
 	if err := s.usableLocked(); err != nil {
 		s.mu.Unlock()
@@ -697,6 +708,7 @@ func (s *Store) Checkpoint() error {
 		if err := s.forward(dead); err != nil {
 			return err
 		}
+		s.waitForIndexRoom()
 		s.mu.Lock()
 		if err := s.flushBufferLocked(); err != nil {
 			s.failLocked(err)
@@ -712,24 +724,36 @@ func (s *Store) Checkpoint() error {
 		s.fail(err)
 		return err
 	}
-	flushed, err := s.db.AsyncFlush()
-	if err != nil {
-		return fmt.Errorf("storage: flush index: %w", err)
-	}
-	select {
-	case <-flushed:
-	case <-s.failedCh:
-		// The AOF failed under the flush: the index is fenced and the
-		// flush will never complete.
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.usableLocked()
+	if err := s.flushIndex(); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	s.lastCkptEnd = applied
 	s.durableApplied = applied
 	s.mu.Unlock()
 	return s.removeSegments(dead)
+}
+
+// flushIndex flushes Pebble's memtables and waits for the flush, or for
+// the store to fail: a flush that failed fences the index (fence.go), and
+// its retries never end. Pebble's AsyncFlush does not stall (its
+// thresholds are out of reach: backpressure.go). Hold no lock of the
+// store's but the pin and ckptMu.
+func (s *Store) flushIndex() error {
+	flushed, err := s.db.AsyncFlush()
+	if err != nil {
+		return fmt.Errorf("storage: flush index: %w", err)
+	}
+	select {
+	case <-flushed:
+		return nil
+	case <-s.failedCh:
+		// The AOF or the index failed under the flush: the index is
+		// fenced and the flush will never complete.
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.usableLocked()
+	}
 }
 
 // removeSegments removes the dead segments a checkpoint found, once it is
@@ -865,6 +889,7 @@ func (s *Store) closeFiles() error {
 		s.flushBatch = nil
 	}
 	if s.db != nil {
+		s.room.stopMeasuring()
 		// Pebble's Close waits for its flush and compactions, which a
 		// fenced index holds blocked (fence.go) until this.
 		s.fence.release()
