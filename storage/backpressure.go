@@ -141,9 +141,11 @@ func (r *indexRoom) kick() {
 	}
 }
 
-// wait returns once the index has room, or failed or closing is closed.
-// It reports whether it waited. The caller holds no lock of the store's.
-func (r *indexRoom) wait(failed, closing <-chan struct{}) bool {
+// wait returns once the index has room, or failed or closing is closed
+// (closing may be nil: not waited for). It reports whether closing ended a
+// wait while the index had no room. The caller holds no lock of the
+// store's.
+func (r *indexRoom) wait(failed, closing <-chan struct{}) (closed bool) {
 	if !r.full.Load() {
 		return false
 	}
@@ -154,14 +156,14 @@ func (r *indexRoom) wait(failed, closing <-chan struct{}) bool {
 		r.mu.Lock()
 		if !r.full.Load() {
 			r.mu.Unlock()
-			return true
+			return false
 		}
 		ch := r.changed
 		r.mu.Unlock()
 		select {
 		case <-ch:
 		case <-failed:
-			return true
+			return false
 		case <-closing:
 			return true
 		}
@@ -209,8 +211,22 @@ func (r *indexRoom) stopMeasuring() {
 }
 
 // waitForIndexRoom is the store's back-pressure (see the top of this
-// file): it returns once the index has room for more writes, the store
-// failed, or Close began. Call it holding no lock of the store's.
-func (s *Store) waitForIndexRoom() {
-	s.room.wait(s.failedCh, s.ckptStop)
+// file): it returns once the index has room for more writes or the store
+// failed (the writer then finds it failed), or ErrClosed once Close began
+// while there was none: a writer let through then could fill memtables up
+// to Pebble's own stall, under mu, during Close's checkpoint. Call it
+// holding no lock of the store's.
+func (s *Store) waitForIndexRoom() error {
+	if s.room.wait(s.failedCh, s.ckptStop) {
+		return ErrClosed
+	}
+	return nil
+}
+
+// waitForIndexRoomToClose is waitForIndexRoom for the checkpoint and what it
+// writes (Close's own included) and for Open's replay: it waits for room or
+// a failure, whether or not Close began (a flush is running, so one of the
+// two is coming).
+func (s *Store) waitForIndexRoomToClose() {
+	s.room.wait(s.failedCh, nil)
 }

@@ -117,7 +117,19 @@ func (p Pending) Wait() error {
 func (s *Store) apply(ops []*op, res []Result) Pending {
 	// The index's back-pressure, before mu: a writer never waits inside
 	// Pebble for a flush or a compaction with mu held (backpressure.go).
-	s.waitForIndexRoom()
+	if err := s.waitForIndexRoom(); err != nil {
+		for i := range res {
+			res[i].Err = err
+		}
+		return Pending{err: err}
+	}
+	return s.applyNow(ops, res)
+}
+
+// applyNow is apply once the caller has waited for the index's room: the
+// checkpoint's forward records wait with waitForIndexRoomToClose, since
+// Close's own checkpoint writes them too.
+func (s *Store) applyNow(ops []*op, res []Result) Pending {
 	s.mu.Lock()
 	if err := s.usableLocked(); err != nil {
 		s.mu.Unlock()

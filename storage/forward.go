@@ -125,7 +125,8 @@ func (s *Store) forward(dead []wal.LSN) error {
 	for len(ops) > 0 {
 		n := min(len(ops), rewriteBatchJobs)
 		res := make([]Result, n)
-		p := s.apply(ops[:n], res)
+		s.waitForIndexRoomToClose()
+		p := s.applyNow(ops[:n], res)
 		for i, r := range res {
 			switch {
 			case r.Err == nil && ops[i].typ == recSnap:

@@ -64,8 +64,10 @@ func (s *Store) openIndex(popts *pebble.Options) error {
 	}
 	closeDB := func() {
 		if s.db != nil {
-			s.room.stopMeasuring()
+			// The fence goes first: the measuring goroutine's Metrics may
+			// wait for a MANIFEST write the fence holds.
 			s.fence.release()
+			s.room.stopMeasuring()
 			s.db.Close()
 			s.db = nil
 			s.fence = newFenceFS(fs)
@@ -257,7 +259,7 @@ func (s *Store) replayAll() error {
 		s.applied = next
 		n++
 		if len(s.buf.rangeDels) > 0 || s.buf.bytes >= 8*s.opts.WriteBufferSize {
-			s.waitForIndexRoom() // nobody else holds mu yet
+			s.waitForIndexRoomToClose() // nobody else holds mu yet
 			if err := s.flushBufferLocked(); err != nil {
 				return err
 			}

@@ -311,6 +311,11 @@ func (s *Store) CompactOrderIndex(ctx context.Context) error {
 		cancel()
 	}()
 	if err := s.db.Compact(ctx, []byte{prefixQueue}, []byte{prefixSchedule + 1}, false); err != nil {
+		select {
+		case <-s.ckptStop:
+			return ErrClosed // Close began: it cancelled the wait
+		default:
+		}
 		s.mu.Lock()
 		uerr := s.usableLocked()
 		s.mu.Unlock()

@@ -482,7 +482,7 @@ func (s *Store) replay() error {
 		n++
 		// Read-only, the tail stays in the buffer (Pebble takes no write).
 		if !s.readOnly && (len(s.buf.rangeDels) > 0 || s.buf.bytes >= 8*s.opts.WriteBufferSize) {
-			s.waitForIndexRoom() // nobody else holds mu yet
+			s.waitForIndexRoomToClose() // nobody else holds mu yet
 			if err := s.flushBufferLocked(); err != nil {
 				return err
 			}
@@ -680,7 +680,7 @@ func (s *Store) Checkpoint() error {
 	defer s.unpin()
 	s.ckptMu.Lock()
 	defer s.ckptMu.Unlock()
-	s.waitForIndexRoom()
+	s.waitForIndexRoomToClose()
 	s.mu.Lock()
 	if err := s.usableLocked(); err != nil {
 		s.mu.Unlock()
@@ -708,7 +708,7 @@ func (s *Store) Checkpoint() error {
 		if err := s.forward(dead); err != nil {
 			return err
 		}
-		s.waitForIndexRoom()
+		s.waitForIndexRoomToClose()
 		s.mu.Lock()
 		if err := s.flushBufferLocked(); err != nil {
 			s.failLocked(err)
@@ -889,10 +889,11 @@ func (s *Store) closeFiles() error {
 		s.flushBatch = nil
 	}
 	if s.db != nil {
-		s.room.stopMeasuring()
 		// Pebble's Close waits for its flush and compactions, which a
-		// fenced index holds blocked (fence.go) until this.
+		// fenced index holds blocked (fence.go) until this; so may the
+		// measuring goroutine's Metrics (a MANIFEST write).
 		s.fence.release()
+		s.room.stopMeasuring()
 		errs = append(errs, s.db.Close())
 	}
 	if s.log != nil {
