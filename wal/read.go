@@ -177,6 +177,12 @@ func (l *Log) ReadSized(lsn LSN, payloadHint int) (Record, error) {
 	} else {
 		buf = buf[:size]
 	}
+	return l.decodeRecord(seg, buf, lsn)
+}
+
+// decodeRecord decodes the frame buf at lsn of seg as a record a reader may
+// be given: not a bad frame, nor one of the log's own (errNoRecord).
+func (l *Log) decodeRecord(seg segment, buf []byte, lsn LSN) (Record, error) {
 	r, _, fe := seg.decode(buf, lsn)
 	if fe != frameOK {
 		return Record{}, l.corruptAt(seg, lsn, errors.New("bad checksum or type"))
@@ -273,16 +279,7 @@ func (l *Log) ReadEach(lsns []LSN, payloadHints []int) (out []Record, errs []err
 			i := order[k]
 			at := int64(lsns[i] - first)
 			if rest := buf[at:]; int64(len(rest)) >= hdr && hdr+seg.payloadLen(rest) <= int64(len(rest)) {
-				r, _, fe := seg.decode(rest[:hdr+seg.payloadLen(rest)], lsns[i])
-				if fe != frameOK {
-					errs[i] = l.corruptAt(seg, lsns[i], errors.New("bad checksum or type"))
-					continue
-				}
-				if seg.version != 1 && r.Type == MarkType {
-					errs[i] = l.corruptAt(seg, lsns[i], errNoRecord)
-					continue
-				}
-				out[i] = r
+				out[i], errs[i] = l.decodeRecord(seg, rest[:hdr+seg.payloadLen(rest)], lsns[i])
 				continue
 			}
 			// Longer than its hint said and past the read: on its own.
