@@ -672,11 +672,7 @@ func (l *Log) flushPending() {
 	// the last roll (which fsynced the ones before and reset what was kept).
 	keep := chunks[min(rolled, done):done]
 	if !synced {
-		l.keptMu.Lock()
-		for _, c := range keep {
-			l.kept.add(c.data)
-		}
-		l.keptMu.Unlock()
+		l.keepChunks(keep)
 	}
 
 	l.mu.Lock()
@@ -707,11 +703,7 @@ func (l *Log) flushPending() {
 		// This fsync succeeded, but another one (the everysec handle's)
 		// failed meanwhile: the file cannot be trusted past the durable end
 		// it left, and what this flush wrote is kept like the rest.
-		l.keptMu.Lock()
-		for _, c := range keep {
-			l.kept.add(c.data)
-		}
-		l.keptMu.Unlock()
+		l.keepChunks(keep)
 	}
 	for _, c := range chunks {
 		l.pendingBytes -= len(c.data)
@@ -721,6 +713,16 @@ func (l *Log) flushPending() {
 		l.poisonLocked(err, syncErr)
 	}
 	l.cond.Broadcast()
+}
+
+// keepChunks adds the chunks' bytes to what is kept until an fsync covers
+// them (see Unsynced), with mu held or not (lock order: mu, then keptMu).
+func (l *Log) keepChunks(cs []chunk) {
+	l.keptMu.Lock()
+	defer l.keptMu.Unlock()
+	for _, c := range cs {
+		l.kept.add(c.data)
+	}
 }
 
 // roll fsyncs and closes the active segment and creates the next one. synced
