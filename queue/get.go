@@ -385,14 +385,13 @@ func (b *Broker) deliverLocked(names []string, t take, now int64) (delivery, err
 		}
 		// Take jobs up to the byte budget; the rest go back to their heads
 		// (they are still queued: nothing was applied).
-		cost := make([]int64, len(jobs))
 		used := d.bytes
 		for i, j := range jobs {
 			if j == nil {
 				continue
 			}
-			cost[i] = replyCost(j)
-			if used+cost[i] > t.bytes && !(t.first && used == 0) {
+			cost := replyCost(j)
+			if used+cost > t.bytes && !(t.first && used == 0) {
 				for k := i; k < len(jobs); k++ {
 					if jobs[k] != nil {
 						cands[k].q.head.Insert(cands[k].pos)
@@ -402,7 +401,7 @@ func (b *Broker) deliverLocked(names []string, t take, now int64) (delivery, err
 				full = true
 				break
 			}
-			used += cost[i]
+			used += cost
 		}
 		// Read the durable bodies; the others are read in finish.
 		durable := b.st.Durable()
@@ -459,7 +458,7 @@ func (b *Broker) deliverLocked(names []string, t take, now int64) (delivery, err
 			}
 			d.out = append(d.out, Delivered{Queue: j.Queue, ID: j.ID, Body: bodies[i], Nacks: j.Nacks,
 				AdditionalDeliveries: j.AdditionalDeliveries})
-			d.bytes += cost[i]
+			d.bytes += replyCost(jobs[i])
 		}
 		d.pending = d.pending.Join(p)
 	}
