@@ -3,8 +3,8 @@
 // redis-cli (the daemon driven as a user would). .ci/run installs them.
 //
 // Outside CI a missing program skips the test (go test -v shows why);
-// under CI — the CI environment variable set to anything but "", "0" or
-// "false", as CI runners do — it fails the test instead, so a comparison
+// under CI — the CI environment variable set to anything but "", "0",
+// "false" or "no", as CI runners do — it fails the test instead, so a comparison
 // that CI claims to run can never skip unseen. CI=1 make test checks the
 // same on a developer's machine.
 package testtool
