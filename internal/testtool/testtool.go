@@ -36,6 +36,22 @@ func InCI() bool {
 // skips the test, or fails it under CI.
 func Require(t TB, name string) string {
 	t.Helper()
+	return lookPath(t, name, func() { t.Skipf("%s not installed (under CI this fails)", name) })
+}
+
+// Optional is Require for a test that has a part without name: it returns
+// "" when name is missing (logging so), and fails the test under CI.
+func Optional(t TB, name string) string {
+	t.Helper()
+	return lookPath(t, name, func() {
+		t.Logf("%s not installed: its part of the test is left out (under CI this fails)", name)
+	})
+}
+
+// lookPath returns the path of name, or "" after failing the test under CI
+// or calling missing elsewhere.
+func lookPath(t TB, name string, missing func()) string {
+	t.Helper()
 	p, err := exec.LookPath(name)
 	switch {
 	case err == nil:
@@ -43,23 +59,7 @@ func Require(t TB, name string) string {
 	case InCI():
 		t.Fatalf("%s not installed, and CI must run this test (.ci/run installs it): %v", name, err)
 	default:
-		t.Skipf("%s not installed (under CI this fails)", name)
-	}
-	return ""
-}
-
-// Optional is Require for a test that has a part without name: it returns
-// "" when name is missing (logging so), and fails the test under CI.
-func Optional(t TB, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	switch {
-	case err == nil:
-		return p
-	case InCI():
-		t.Fatalf("%s not installed, and CI must run this test with it (.ci/run installs it): %v", name, err)
-	default:
-		t.Logf("%s not installed: its part of the test is left out (under CI this fails)", name)
+		missing()
 	}
 	return ""
 }
