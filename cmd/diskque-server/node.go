@@ -83,8 +83,6 @@ func (n *node) open() error {
 	n.mu.Lock()
 	sopts := n.sopts // under mu: setSync changes its Sync
 	sopts.Rewrite = n.rewrite
-	n.mu.Unlock()
-	n.mu.Lock()
 	if n.rebuild {
 		sopts.Rebuild = storage.RebuildAlways
 	}
@@ -98,7 +96,8 @@ func (n *node) open() error {
 	n.mu.Lock()
 	n.sopts.Rebuild, n.rebuild = storage.RebuildWhenLost, false
 	n.mu.Unlock()
-	if ri := st.RecoveryInfo(); ri.Rebuilt {
+	ri := st.RecoveryInfo()
+	if ri.Rebuilt {
 		n.log.Warn("the index was rebuilt from the append-only file", "records", ri.Records, "took", ri.Duration.String())
 	}
 	if sopts.Rewrite != nil {
@@ -108,7 +107,6 @@ func (n *node) open() error {
 		n.rewrite = nil
 		n.mu.Unlock()
 	}
-	ri := st.RecoveryInfo()
 	stats := st.Stats()
 	n.log.Info("storage ready", "node", st.NodeID(), "jobs", stats.Jobs, "queued", stats.Queued,
 		"replayed_records", ri.Records, "recovery", ri.Duration.String())
@@ -151,9 +149,7 @@ func (n *node) setSync(p wal.SyncPolicy) {
 	if st == nil {
 		return // the next open takes n.sopts
 	}
-	if err := st.SetSync(p); err != nil && !errors.Is(err, storage.ErrClosed) {
-		n.log.Warn("appendfsync switched, but the fsync of what was written before failed", "appendfsync", p.String(), "err", err)
-	}
+	n.switchSync(st, p)
 }
 
 // catchUpSync applies a switch of the fsync policy made while st was
@@ -167,6 +163,11 @@ func (n *node) catchUpSync(st *storage.Store, opened wal.SyncPolicy) {
 	if p == opened {
 		return
 	}
+	n.switchSync(st, p)
+}
+
+// switchSync switches st to p; n.syncMu is held.
+func (n *node) switchSync(st *storage.Store, p wal.SyncPolicy) {
 	if err := st.SetSync(p); err != nil && !errors.Is(err, storage.ErrClosed) {
 		n.log.Warn("appendfsync switched, but the fsync of what was written before failed", "appendfsync", p.String(), "err", err)
 	}
