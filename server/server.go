@@ -122,7 +122,7 @@ type Server struct {
 	maxClients  atomic.Int64
 	maxJobSize  atomic.Int64
 	guard       guard
-	persist     persistInfo
+	persist     atomic.Pointer[persistInfo]
 	reqMem      reqMem
 	bodyWait    atomic.Int64 // time.Duration
 	slowlog     slowlog
