@@ -59,8 +59,8 @@ type node struct {
 	started  atomic.Bool // run was started: close waits for done
 	done     chan struct{}
 	reopens  int // guarded by mu; for tests and logs
-	// rebuild: the next open rebuilds the index (it was found corrupt).
-	// Guarded by mu.
+	// rebuild: the next open rebuilds the index (--rebuild-index, or it
+	// was found corrupt). Guarded by mu.
 	rebuild bool
 	// rewrite is what a store that failed an fsync kept of its unsynced
 	// writes, for the next open to write again (storage.Options.Rewrite).
@@ -94,7 +94,7 @@ func (n *node) open() error {
 	// --rebuild-index, or a corrupt index, is for one open: later reopens
 	// (after a disk failure) find the rebuilt index.
 	n.mu.Lock()
-	n.sopts.Rebuild, n.rebuild = storage.RebuildWhenLost, false
+	n.rebuild = false
 	n.mu.Unlock()
 	ri := st.RecoveryInfo()
 	if ri.Rebuilt {
