@@ -42,12 +42,14 @@ type guard struct {
 // SetMinFreeDisk changes min-free-disk in bytes (0 turns the check off).
 func (s *Server) SetMinFreeDisk(n int64) { s.guard.minFreeDisk.Store(max(n, 0)) }
 
-// SetMaxMemory changes maxmemory in bytes (0 turns the check off) and
-// measures at once, as Disque checks it before every command: the next
-// ADDJOB sees the new limit.
+// SetMaxMemory changes maxmemory in bytes (0 turns the check off) and,
+// when that changes it, measures at once, as Disque checks it before every
+// command: the next ADDJOB sees the new limit. (CONFIG SET of any directive
+// sets them all again: one that leaves maxmemory as it was measures nothing.)
 func (s *Server) SetMaxMemory(n int64) {
-	s.guard.maxMemory.Store(max(n, 0))
-	s.measure()
+	if n = max(n, 0); s.guard.maxMemory.Swap(n) != n {
+		s.measure()
+	}
 }
 
 // runGuard measures until the server closes.

@@ -234,10 +234,12 @@ func (c *limitConn) readBody() error {
 			c.unreserve(charged)
 			return c.rerr
 		}
-		buf := c.buf(16 << 10)
-		buf = buf[:min(int64(len(buf)), n-got)]
+		var buf []byte
 		if data != nil {
 			buf = data[got:]
+		} else { // dropped: read through a scratch buffer
+			buf = c.buf(16 << 10)
+			buf = buf[:min(int64(len(buf)), n-got)]
 		}
 		k, err := c.Conn.Read(buf)
 		if k > 0 {

@@ -122,7 +122,7 @@ type Server struct {
 	maxClients  atomic.Int64
 	maxJobSize  atomic.Int64
 	guard       guard
-	persist     persistInfo
+	persist     atomic.Pointer[persistInfo]
 	reqMem      reqMem
 	bodyWait    atomic.Int64 // time.Duration
 	slowlog     slowlog
@@ -365,7 +365,7 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	}()
 	cl, _ := conn.Context().(*client)
 	var refused []bool
-	if lc, _ := cl.limitConn(); lc != nil {
+	if lc := cl.limitConn(); lc != nil {
 		var charged int64
 		charged, refused = lc.takeBodies(cmds)
 		defer lc.unreserve(charged)
@@ -402,12 +402,12 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 
 // limitConn is the client's connection as the server reads it (nil for a
 // client not accepted through Serve's listener).
-func (c *client) limitConn() (*limitConn, bool) {
+func (c *client) limitConn() *limitConn {
 	if c == nil {
-		return nil, false
+		return nil
 	}
-	lc, ok := c.netConn.(*limitConn)
-	return lc, ok
+	lc, _ := c.netConn.(*limitConn)
+	return lc
 }
 
 // outputFlushBytes is how many bytes of job bodies a connection's replies

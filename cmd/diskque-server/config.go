@@ -231,14 +231,11 @@ func (c *config) set(name string, vals []string) error {
 	case "dir":
 		c.Dir = v
 	case "appendonly":
-		switch strings.ToLower(v) {
-		case "yes":
-			c.AppendOnly = true
-		case "no":
-			c.AppendOnly = false
-		default:
-			return fmt.Errorf("appendonly: want yes or no, got %q", v)
+		b, err := parseYesNo(name, v)
+		if err != nil {
+			return err
 		}
+		c.AppendOnly = b
 	case "appendfsync":
 		p, err := wal.ParseSyncPolicy(v)
 		if err != nil {
@@ -299,14 +296,11 @@ func (c *config) set(name string, vals []string) error {
 		}
 		c.MetricsAddr = v
 	case "pprof":
-		switch strings.ToLower(v) {
-		case "yes":
-			c.Pprof = true
-		case "no":
-			c.Pprof = false
-		default:
-			return fmt.Errorf("pprof: want yes or no, got %q", v)
+		b, err := parseYesNo(name, v)
+		if err != nil {
+			return err
 		}
+		c.Pprof = b
 	case "aof-segment-size":
 		n, err := parseBytes(v)
 		if err != nil || n < 4096 || n > 1<<30 {
@@ -346,6 +340,25 @@ var directives = []string{
 	"metrics-addr", "pprof", "aof-segment-size", "gc-interval", "gc-min-live-ratio",
 }
 
+// parseYesNo reads the yes|no value v of directive name.
+func parseYesNo(name, v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "yes":
+		return true, nil
+	case "no":
+		return false, nil
+	}
+	return false, fmt.Errorf("%s: want yes or no, got %q", name, v)
+}
+
+// yesNo is the value of a yes|no directive.
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
 // value is directive name's value as set would read it back.
 func (c *config) value(name string) string {
 	switch name {
@@ -356,10 +369,7 @@ func (c *config) value(name string) string {
 	case "dir":
 		return c.Dir
 	case "appendonly":
-		if c.AppendOnly {
-			return "yes"
-		}
-		return "no"
+		return yesNo(c.AppendOnly)
 	case "appendfsync":
 		return c.AppendFsync.String()
 	case "loglevel":
@@ -391,10 +401,7 @@ func (c *config) value(name string) string {
 	case "metrics-addr":
 		return c.MetricsAddr
 	case "pprof":
-		if c.Pprof {
-			return "yes"
-		}
-		return "no"
+		return yesNo(c.Pprof)
 	case "aof-segment-size":
 		return strconv.FormatInt(c.segmentSize(), 10)
 	case "gc-interval":

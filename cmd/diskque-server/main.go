@@ -142,9 +142,6 @@ func run(cfg config) error {
 	sopts.Sync = cfg.AppendFsync
 	sopts.SegmentSize = cfg.segmentSize()
 	sopts.Logger = log
-	if cfg.RebuildIndex {
-		sopts.Rebuild = storage.RebuildAlways
-	}
 	dir := cfg.Dir
 	if !cfg.AppendOnly {
 		sopts.FS = vfs.NewMem()
@@ -155,7 +152,8 @@ func run(cfg config) error {
 		gcOpts.Interval = -1
 	}
 	n := newNode(dir, sopts, gcOpts, srv, log)
-	live.attach(n) // a CONFIG SET appendfsync while we got here counts
+	n.rebuild = cfg.RebuildIndex // --rebuild-index: the first open rebuilds the index
+	live.attach(n)               // a CONFIG SET appendfsync while we got here counts
 	if err := n.open(); err != nil {
 		srv.Close()
 		return err

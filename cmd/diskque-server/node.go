@@ -59,8 +59,8 @@ type node struct {
 	started  atomic.Bool // run was started: close waits for done
 	done     chan struct{}
 	reopens  int // guarded by mu; for tests and logs
-	// rebuild: the next open rebuilds the index (it was found corrupt).
-	// Guarded by mu.
+	// rebuild: the next open rebuilds the index (--rebuild-index, or it
+	// was found corrupt). Guarded by mu.
 	rebuild bool
 	// rewrite is what a store that failed an fsync kept of its unsynced
 	// writes, for the next open to write again (storage.Options.Rewrite).
@@ -83,8 +83,6 @@ func (n *node) open() error {
 	n.mu.Lock()
 	sopts := n.sopts // under mu: setSync changes its Sync
 	sopts.Rewrite = n.rewrite
-	n.mu.Unlock()
-	n.mu.Lock()
 	if n.rebuild {
 		sopts.Rebuild = storage.RebuildAlways
 	}
@@ -96,9 +94,10 @@ func (n *node) open() error {
 	// --rebuild-index, or a corrupt index, is for one open: later reopens
 	// (after a disk failure) find the rebuilt index.
 	n.mu.Lock()
-	n.sopts.Rebuild, n.rebuild = storage.RebuildWhenLost, false
+	n.rebuild = false
 	n.mu.Unlock()
-	if ri := st.RecoveryInfo(); ri.Rebuilt {
+	ri := st.RecoveryInfo()
+	if ri.Rebuilt {
 		n.log.Warn("the index was rebuilt from the append-only file", "records", ri.Records, "took", ri.Duration.String())
 	}
 	if sopts.Rewrite != nil {
@@ -108,7 +107,6 @@ func (n *node) open() error {
 		n.rewrite = nil
 		n.mu.Unlock()
 	}
-	ri := st.RecoveryInfo()
 	stats := st.Stats()
 	n.log.Info("storage ready", "node", st.NodeID(), "jobs", stats.Jobs, "queued", stats.Queued,
 		"replayed_records", ri.Records, "recovery", ri.Duration.String())
@@ -151,9 +149,7 @@ func (n *node) setSync(p wal.SyncPolicy) {
 	if st == nil {
 		return // the next open takes n.sopts
 	}
-	if err := st.SetSync(p); err != nil && !errors.Is(err, storage.ErrClosed) {
-		n.log.Warn("appendfsync switched, but the fsync of what was written before failed", "appendfsync", p.String(), "err", err)
-	}
+	n.switchSync(st, p)
 }
 
 // catchUpSync applies a switch of the fsync policy made while st was
@@ -167,6 +163,11 @@ func (n *node) catchUpSync(st *storage.Store, opened wal.SyncPolicy) {
 	if p == opened {
 		return
 	}
+	n.switchSync(st, p)
+}
+
+// switchSync switches st to p; n.syncMu is held.
+func (n *node) switchSync(st *storage.Store, p wal.SyncPolicy) {
 	if err := st.SetSync(p); err != nil && !errors.Is(err, storage.ErrClosed) {
 		n.log.Warn("appendfsync switched, but the fsync of what was written before failed", "appendfsync", p.String(), "err", err)
 	}
