@@ -92,6 +92,9 @@ type op struct {
 	// del, tomb: the lsns of the deleted job's records that could create it
 	// in a replay (Job.creatorLSNs), filled in when the deletion applies.
 	creators []wal.LSN
+	// tomb, live: the creator segments checkTomb found the deletion held
+	// on, which its write takes over without reading the keys again.
+	held []wal.LSN
 	// meta: every queue's pause state, and the highest ctime.
 	pauses   map[string]PauseState
 	maxCtime uint64
