@@ -214,11 +214,14 @@ func (s *Store) heldAt(b *writeBuffer, src wal.LSN, creators []wal.LSN) ([]wal.L
 }
 
 // takeHolds removes the holds of the deletion at src: a TOMB copied it
-// forward and holds in its place. Called with mu held.
-func (s *Store) takeHolds(b *writeBuffer, src wal.LSN, creators []wal.LSN) error {
-	held, err := s.heldAt(b, src, creators)
-	if err != nil || len(held) == 0 {
-		return err
+// forward and holds in its place. held is what heldAt found for it (a live
+// TOMB's checkTomb), or nil to read it (a replayed one). Called with mu held.
+func (s *Store) takeHolds(b *writeBuffer, src wal.LSN, creators, held []wal.LSN) error {
+	if held == nil {
+		var err error
+		if held, err = s.heldAt(b, src, creators); err != nil || len(held) == 0 {
+			return err
+		}
 	}
 	at, _ := s.log.SegmentOf(src)
 	for _, cs := range held {

@@ -92,6 +92,9 @@ type op struct {
 	// del, tomb: the lsns of the deleted job's records that could create it
 	// in a replay (Job.creatorLSNs), filled in when the deletion applies.
 	creators []wal.LSN
+	// tomb, live: the creator segments checkTomb found the deletion held
+	// on, which its write takes over without reading the keys again.
+	held []wal.LSN
 	// meta: every queue's pause state, and the highest ctime.
 	pauses   map[string]PauseState
 	maxCtime uint64
@@ -151,15 +154,7 @@ func encodeOp(dst []byte, o *op) []byte {
 		}
 		return dst
 	case recMoveFull:
-		dst = appendJobHeader(dst, o.job)
-		dst = binary.AppendUvarint(dst, uint64(o.src))
-		flags := byte(0)
-		if o.compressed {
-			flags |= flagCompressed
-		}
-		dst = append(dst, flags)
-		dst = binary.AppendUvarint(dst, uint64(o.bodySize))
-		return append(dst, o.body...)
+		return appendMovedBody(appendJobHeader(dst, o.job), o)
 	case recPause:
 		dst = append(dst, byte(o.pause))
 		return append(dst, o.queue...)
@@ -168,15 +163,7 @@ func encodeOp(dst []byte, o *op) []byte {
 	case recFlush:
 		return dst
 	case recMove:
-		dst = append(dst, o.id...)
-		dst = binary.AppendUvarint(dst, uint64(o.src))
-		flags := byte(0)
-		if o.compressed {
-			flags |= flagCompressed
-		}
-		dst = append(dst, flags)
-		dst = binary.AppendUvarint(dst, uint64(o.bodySize))
-		return append(dst, o.body...)
+		return appendMovedBody(append(dst, o.id...), o)
 	}
 	panic(fmt.Sprintf("storage: encode of unknown record type %d", o.typ))
 }
@@ -439,6 +426,19 @@ func (d *decoder) bytes(n int) []byte {
 }
 
 func (d *decoder) id() string { return string(d.bytes(JobIDLen)) }
+
+// appendMovedBody appends what a MOVE record carries after the job (what
+// movedBody reads): the source LSN, flags, body size and stored body.
+func appendMovedBody(dst []byte, o *op) []byte {
+	dst = binary.AppendUvarint(dst, uint64(o.src))
+	flags := byte(0)
+	if o.compressed {
+		flags |= flagCompressed
+	}
+	dst = append(dst, flags)
+	dst = binary.AppendUvarint(dst, uint64(o.bodySize))
+	return append(dst, o.body...)
+}
 
 // movedBody reads what a MOVE record carries after the job: the source
 // LSN, flags, body size and stored body.

@@ -452,6 +452,7 @@ func (s *Store) checkTomb(b *writeBuffer, o *op) error {
 	if err == nil && len(held) == 0 {
 		err = fmt.Errorf("%w: the deletion of %s at lsn %d is not held (copied forward already)", ErrNotFound, o.id, o.src)
 	}
+	o.held = held
 	return err
 }
 
@@ -608,7 +609,7 @@ func (s *Store) write(b *writeBuffer, o *op, old, nj *Job, lsn wal.LSN) error {
 		}
 	case recTomb:
 		// A deletion the collector copied forward: the copy holds now.
-		if err := s.takeHolds(b, o.src, o.creators); err != nil {
+		if err := s.takeHolds(b, o.src, o.creators, o.held); err != nil {
 			return err
 		}
 		if err := s.addHolds(b, lsn, o.creators); err != nil {

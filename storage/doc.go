@@ -82,7 +82,7 @@
 // halves them (format 2), and a job's creator LSNs follow where they are
 // more than its body's record (format 3). Open still reads format-1 and
 // format-2 values (an index written before) and marks such an index format
-// 3, which older builds refuse.
+// 4 (keys.go formatVersion), which older builds refuse.
 //
 // Live commits do not write Pebble directly: their index writes gather in a
 // write buffer (write_buffer.go), an ordered map of each key's last write,

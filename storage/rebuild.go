@@ -64,11 +64,7 @@ func (s *Store) openIndex(popts *pebble.Options) error {
 	}
 	closeDB := func() {
 		if s.db != nil {
-			// The fence goes first: the measuring goroutine's Metrics may
-			// wait for a MANIFEST write the fence holds.
-			s.fence.release()
-			s.room.stopMeasuring()
-			s.db.Close()
+			s.closeIndex()
 			s.db = nil
 			s.fence = newFenceFS(fs)
 			popts.FS = s.fence

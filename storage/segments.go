@@ -227,7 +227,7 @@ func (s *Store) RewriteSegmentWithin(ctx context.Context, first wal.LSN, allow f
 		default:
 			return nil
 		}
-		id, err := bodyRecordID(r)
+		id, err := recordJobID(r)
 		if err != nil {
 			return fmt.Errorf("storage: rewrite: record at lsn %d: %w", lsn, err)
 		}
@@ -271,19 +271,6 @@ func (s *Store) RewriteSegmentWithin(ctx context.Context, first wal.LSN, allow f
 // testHookRewriteBatch, when set by a test, runs after each committed batch
 // of moves: the crash tests clone the filesystem there.
 var testHookRewriteBatch func()
-
-// bodyRecordID returns the job id of an ADD or MOVE record without decoding
-// (and copying) its body.
-func bodyRecordID(r wal.Record) (string, error) {
-	off := 0
-	if r.Type == recAdd || r.Type == recMoveFull {
-		off = 1 // the job encoding's version byte
-	}
-	if len(r.Payload) < off+JobIDLen {
-		return "", ErrBadRecord
-	}
-	return string(r.Payload[off : off+JobIDLen]), nil
-}
 
 // CompactOrderIndex compacts the index's queue-order and schedule keys (q/
 // and s/) into its bottom level, dropping their tombstones. A queue is read

@@ -889,12 +889,7 @@ func (s *Store) closeFiles() error {
 		s.flushBatch = nil
 	}
 	if s.db != nil {
-		// Pebble's Close waits for its flush and compactions, which a
-		// fenced index holds blocked (fence.go) until this; so may the
-		// measuring goroutine's Metrics (a MANIFEST write).
-		s.fence.release()
-		s.room.stopMeasuring()
-		errs = append(errs, s.db.Close())
+		errs = append(errs, s.closeIndex())
 	}
 	if s.log != nil {
 		errs = append(errs, s.log.Close())
@@ -908,6 +903,16 @@ func (s *Store) closeFiles() error {
 		}
 	}
 	return nil
+}
+
+// closeIndex closes Pebble. Its Close waits for its flush and compactions,
+// which a fenced index holds blocked (fence.go) until the fence is
+// released; so may the measuring goroutine's Metrics (a MANIFEST write):
+// the fence goes first.
+func (s *Store) closeIndex() error {
+	s.fence.release()
+	s.room.stopMeasuring()
+	return s.db.Close()
 }
 
 // setNodeID records the store's node id.
