@@ -509,12 +509,13 @@ func (l *Log) End() LSN {
 }
 
 // Written returns the end of what the log has handed to the operating system
-// (write(2) returned): what a filesystem's free space already reflects. End
-// minus Written is queued and not yet written.
-func (l *Log) Written() LSN {
+// (write(2) returned), what a filesystem's free space already reflects, and
+// the end of the log (End), read together: end minus written is queued and
+// not yet written.
+func (l *Log) Written() (written, end LSN) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.written
+	return l.written, l.tail
 }
 
 // Durable returns the end of the durable prefix of the log.
