@@ -89,14 +89,8 @@ func jobPosRadix(i int) uint64 {
 	return 64
 }
 
-// jobIDPrefix is the start of every job id this node makes (storage.NewJobID).
-func jobIDPrefix(nodeID string) string {
-	p := nodeID
-	if len(p) < 8 {
-		p += "00000000"
-	}
-	return "D-" + p[:8] + "-"
-}
+// jobIDPrefix is the start of every job id this node makes.
+func jobIDPrefix(nodeID string) string { return storage.JobIDPrefix(nodeID) }
 
 // jobPosStart is the smallest id string at position pos: ids at pos or
 // later are those not less than it.

@@ -108,6 +108,24 @@ func (j *Job) Delayed() bool { return j.State == StateActive && j.AwakeTime != 0
 // JobIDLen is the length of every job id.
 const JobIDLen = 40
 
+// JobIDPrefix is the start of every id NewJobID makes for nodeID: "D-", its
+// first 8 hex digits (padded with 0s), "-".
+func JobIDPrefix(nodeID string) string {
+	var b [11]byte
+	putJobIDPrefix(b[:], nodeID)
+	return string(b[:])
+}
+
+// putJobIDPrefix writes JobIDPrefix(nodeID) into b[:11], without allocating
+// (NewJobID runs for every ADDJOB).
+func putJobIDPrefix(b []byte, nodeID string) {
+	b[0], b[1], b[10] = 'D', '-', '-'
+	n := copy(b[2:10], nodeID)
+	for i := 2 + n; i < 10; i++ {
+		b[i] = '0'
+	}
+}
+
 // ValidJobID checks what Disque checks of an id: length 40, the "D-" prefix
 // and '-' at offsets 10 and 35. Anything else is -BADID.
 func ValidJobID(id string) bool {
@@ -120,13 +138,7 @@ func ValidJobID(id string) bool {
 // at-most-once job (retry == 0).
 func NewJobID(nodeID string, ttlSeconds, retrySeconds int64) string {
 	var b [JobIDLen]byte
-	b[0], b[1] = 'D', '-'
-	prefix := nodeID
-	if len(prefix) < 8 {
-		prefix += "00000000"
-	}
-	copy(b[2:10], prefix[:8])
-	b[10] = '-'
+	putJobIDPrefix(b[:11], nodeID)
 	var rnd [18]byte
 	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails on Linux (Go ≥ 1.24)
 	base64.StdEncoding.Encode(b[11:35], rnd[:])
