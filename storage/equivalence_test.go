@@ -719,14 +719,11 @@ func TestRebuildEquivalence(t *testing.T) {
 		quiesce(t, r.s)
 		end := r.s.log.End()
 		clone := r.fs.CrashClone(keepEverything())
-		if round%2 == 1 {
-			// Or it was set aside on purpose (--rebuild-index).
-		} else if err := clone.RemoveAll(eqDir + "/" + indexDir); err != nil {
-			t.Fatal(err)
-		}
 		opts := eqOptions(clone)
 		if round%2 == 1 {
-			opts.Rebuild = RebuildAlways
+			opts.Rebuild = RebuildAlways // or it was set aside on purpose (--rebuild-index)
+		} else if err := clone.RemoveAll(eqDir + "/" + indexDir); err != nil {
+			t.Fatal(err)
 		}
 		s, err := Open(eqDir, opts)
 		if err != nil {
