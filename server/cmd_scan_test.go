@@ -605,8 +605,7 @@ func TestJScanSharedPositionsAndOtherNodes(t *testing.T) {
 	b := runBroker(t, dir, opts)
 	s, addr := startServer(t)
 	s.SetBroker(b)
-	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1})
-	t.Cleanup(func() { c.Close() })
+	c := newClientOn(t, addr)
 
 	for _, count := range []int{1, 2, 7, 100} {
 		seen := map[string]int{}

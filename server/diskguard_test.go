@@ -49,17 +49,10 @@ func serveBroker(t *testing.T, st *storage.Store, opts Options) (*Server, string
 	}
 	go b.Run()
 	t.Cleanup(b.Close) // after the server's Close, registered below
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	opts.Logger = slog.New(slog.DiscardHandler)
-	s := New(opts)
+	s, addr := startServerOpts(t, "127.0.0.1:0", opts)
 	s.SetBroker(b)
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
-	t.Cleanup(func() { s.Close(); <-done })
-	return s, ln.Addr().String()
+	return s, addr
 }
 
 // produce pipelines batches of ADDJOBs of body on one connection until a

@@ -54,8 +54,7 @@ func TestFailedStoreRepliesAndInfo(t *testing.T) {
 		Logger: opts.Logger,
 	})
 	s.SetBroker(b)
-	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1})
-	t.Cleanup(func() { c.Close() })
+	c := newClientOn(t, addr)
 
 	id := addJob(t, c, "q")
 	if p := persistence(t, c); p["aof_state"] != "on" || p["aof_last_write_status"] != "ok" {

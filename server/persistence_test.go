@@ -65,13 +65,11 @@ func TestInfoPersistenceFollowsSetPersistence(t *testing.T) {
 	rc := dialResp(t, addr)
 	field := func(name string) string {
 		t.Helper()
-		for line := range strings.SplitSeq(rc.do("INFO persistence"), "\r\n") {
-			if v, ok := strings.CutPrefix(line, name+":"); ok {
-				return v
-			}
+		v := infoField(rc, "persistence", name)
+		if v == "" {
+			t.Fatalf("INFO persistence has no %s", name)
 		}
-		t.Fatalf("INFO persistence has no %s", name)
-		return ""
+		return v
 	}
 	if f, r := field("aof_fsync"), field("aof_enabled_after_restart"); f != "everysec" || r != "1" {
 		t.Fatalf("at start: aof_fsync %s, aof_enabled_after_restart %s", f, r)

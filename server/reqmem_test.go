@@ -22,19 +22,18 @@ func newDiskBroker(t *testing.T) *queue.Broker {
 	return runBroker(t, filepath.Join(t.TempDir(), "data"), opts)
 }
 
-// infoInt reads one integer field of INFO (-1 when it is missing).
+// infoInt reads one integer field of INFO memory (-1 when it is missing).
 func infoInt(rc *respConn, field string) int64 {
 	rc.t.Helper()
-	for _, line := range strings.Split(rc.do("INFO"), "\r\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				rc.t.Fatalf("INFO %s: %q", field, v)
-			}
-			return n
-		}
+	v := infoField(rc, "memory", field)
+	if v == "" {
+		return -1
 	}
-	return -1
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		rc.t.Fatalf("INFO %s: %q", field, v)
+	}
+	return n
 }
 
 // liveHeapNow is the test process's live heap after a collection.

@@ -107,7 +107,7 @@ func TestBackPressureHoldsNoLock(t *testing.T) {
 		}
 		done <- nil
 	}()
-	<-h.blocked
+	within(t, "the first flush", h.blocked)
 	waitFor(t, "a commit waiting for the flush", func() bool {
 		return stackContains("storage.(*indexRoom).wait", "storage.(*Store).apply", mine) ||
 			stackContains("maybeInduceWriteStall", "storage.(*Store).apply", mine)
@@ -173,7 +173,7 @@ func TestCheckpointFlushFails(t *testing.T) {
 			}
 		}
 	}()
-	<-h.blocked
+	within(t, "the first flush", h.blocked)
 	waitFor(t, "the writer to stop or wait", func() bool {
 		return stopped.Load() || stackContains("storage.(*indexRoom).wait", "storage.(*Store).apply", mine)
 	})
@@ -283,7 +283,7 @@ func backPressureWakesOnClose(t *testing.T, flushErr error) {
 			}
 		}
 	}()
-	<-h.blocked
+	within(t, "the first flush", h.blocked)
 	waitFor(t, "a commit waiting for the flush", func() bool {
 		return stackContains("storage.(*indexRoom).wait", "storage.(*Store).apply", mine)
 	})
@@ -326,7 +326,7 @@ func TestCompactOrderIndexFlushFails(t *testing.T) {
 	h.armed.Store(true)
 	compacted := make(chan error, 1)
 	go func() { compacted <- s.CompactOrderIndex(t.Context()) }()
-	<-h.blocked
+	within(t, "the first flush", h.blocked)
 	waitFor(t, "the compaction to wait for its flush", func() bool {
 		return stackContains("storage.(*Store).CompactOrderIndex", mine)
 	})

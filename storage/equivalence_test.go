@@ -148,15 +148,7 @@ func (r *eqRun) steps(n int) {
 // removes segments (forward.go) changes no job the model sees, and is in the
 // index it flushes.
 func (r *eqRun) checkpoint() {
-	a := storeApplied(r.s)
-	if err := r.s.Checkpoint(); err != nil {
-		r.t.Fatalf("checkpoint: %v", err)
-	}
-	if after := storeApplied(r.s); after > a {
-		r.h.steps = append(r.h.steps, modelStep{start: a, end: after, records: true})
-		a = after
-	}
-	r.ckpt = a
+	r.ckpt = rvCheckpoint(r.t, r.s, r.h)
 	r.ckpts++
 }
 
@@ -719,14 +711,11 @@ func TestRebuildEquivalence(t *testing.T) {
 		quiesce(t, r.s)
 		end := r.s.log.End()
 		clone := r.fs.CrashClone(keepEverything())
-		if round%2 == 1 {
-			// Or it was set aside on purpose (--rebuild-index).
-		} else if err := clone.RemoveAll(eqDir + "/" + indexDir); err != nil {
-			t.Fatal(err)
-		}
 		opts := eqOptions(clone)
 		if round%2 == 1 {
-			opts.Rebuild = RebuildAlways
+			opts.Rebuild = RebuildAlways // or it was set aside on purpose (--rebuild-index)
+		} else if err := clone.RemoveAll(eqDir + "/" + indexDir); err != nil {
+			t.Fatal(err)
 		}
 		s, err := Open(eqDir, opts)
 		if err != nil {

@@ -422,15 +422,20 @@ func rvRewrite(t *testing.T, s *Store, h *modelHistory, first wal.LSN) RewriteRe
 	return res
 }
 
-func rvCheckpoint(t *testing.T, s *Store, h *modelHistory) {
+// rvCheckpoint checkpoints s, noting in h what the checkpoint wrote forward,
+// and returns what the index it flushed has applied.
+func rvCheckpoint(t *testing.T, s *Store, h *modelHistory) wal.LSN {
 	t.Helper()
 	before := storeApplied(s)
 	if err := s.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	if after := storeApplied(s); after > before {
+	after := storeApplied(s)
+	if after > before {
 		h.steps = append(h.steps, modelStep{start: before, end: after, records: true})
+		return after
 	}
+	return before
 }
 
 // A held segment rewritten twice copies each deletion forward once: the

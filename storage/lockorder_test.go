@@ -4,15 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"runtime"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // stackContains reports whether some goroutine's stack holds every one of
@@ -50,30 +44,13 @@ func stackContains(frames ...string) bool {
 // (When commits waited inside Pebble's write stall holding Store.mu, the
 // failure's s.fail and Close waited for Store.mu for ever.)
 func TestFencedFlushUnderWriteStall(t *testing.T) {
-	mine := "storage." + t.Name() // frames of this test's goroutines
-	var block atomic.Bool
-	blocked := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	efs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if block.Load() && op.Kind == errorfs.OpCreate && strings.HasSuffix(op.Path, ".sst") {
-			// The first flush of a table: slow, then ENOSPC.
-			once.Do(func() { close(blocked) })
-			<-release
-			return syscall.ENOSPC
-		}
-		return nil
-	}))
-	opts := TestingOptions()
-	opts.FS = efs
-	opts.WriteBufferSize = -1 // every commit reaches the memtable at once
-	opts.CheckpointInterval = -1
-	opts.CheckpointBytes = 1 << 40
-	s, err := Open("db", opts)
+	mine := "storage." + t.Name()     // frames of this test's goroutines
+	h := newHeldFlush(syscall.ENOSPC) // the first flush of a table: slow, then ENOSPC
+	s, err := Open("db", heldFlushOptions(h))
 	if err != nil {
 		t.Fatal(err)
 	}
-	block.Store(true)
+	h.armed.Store(true)
 	// Enough index writes for several memtables: with the first flush
 	// held, the commits must stall (MemTableStopWritesThreshold 2).
 	added := make(chan error, 1)
@@ -87,36 +64,23 @@ func TestFencedFlushUnderWriteStall(t *testing.T) {
 		}
 		added <- nil
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	<-blocked
+	within(t, "the first flush", h.blocked)
 	// The commits wait for the flush: in the store's back-pressure (or,
 	// as they once did, in Pebble's write stall under Store.mu).
-	for !stackContains("storage.(*indexRoom).wait", "storage.(*Store).apply", mine) &&
-		!stackContains("maybeInduceWriteStall", "storage.(*Store).apply", mine) {
-		if time.Now().After(deadline) {
-			t.Fatal("no commit waits for the flush")
-		}
-		time.Sleep(time.Millisecond) // polling a condition with a deadline
-	}
-	close(release) // the flush fails: the store must fail, not hang
+	waitFor(t, "a commit waiting for the flush", func() bool {
+		return stackContains("storage.(*indexRoom).wait", "storage.(*Store).apply", mine) ||
+			stackContains("maybeInduceWriteStall", "storage.(*Store).apply", mine)
+	})
+	h.let() // the flush fails: the store must fail, not hang
 	select {
 	case <-s.Failed():
 	case <-time.After(10 * time.Second):
 		t.Error("the store did not fail: s.fail waits for Store.mu, held by the stalled commit")
 	}
-	select {
-	case err := <-added:
-		if !errors.Is(err, ErrFailed) {
-			t.Errorf("the stalled Add returned %v, want ErrFailed", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the stalled commit never returned (Store.mu held for good)")
+	if err := within(t, "the stalled commit (Store.mu held for good)", added); !errors.Is(err, ErrFailed) {
+		t.Errorf("the stalled Add returned %v, want ErrFailed", err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Close() }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close hangs")
-	}
+	within(t, "Close", done)
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,13 +24,7 @@ func TestFailedFsyncIsRewrittenFromMemory(t *testing.T) {
 		t.Run(policy.String(), func(t *testing.T) {
 			mem := vfs.NewCrashableMem()
 			var fail atomic.Bool
-			fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
-				if op.Kind == errorfs.OpFileSync && strings.HasSuffix(op.Path, segmentSuffix) && fail.Load() {
-					return errorfs.ErrInjected
-				}
-				return nil
-			}))
-			opts := crashOpts(fs, policy)
+			opts := crashOpts(failingSyncFS(mem, &fail), policy)
 			opts.SegmentSize = 1 << 20
 			opts.SyncInterval = time.Hour // fsyncs only when asked
 			l, err := Open(crashDir, opts)

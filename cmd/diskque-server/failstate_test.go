@@ -53,9 +53,8 @@ func TestDataDirRemovedIdlesAndStops(t *testing.T) {
 		t.Errorf("the log does not name the data directory:\n%s", lastLines(s.logs[len(s.logs)-1].String(), 10))
 	}
 	// INFO says that writes fail.
-	info := doStr(t, c, "INFO", "persistence")
-	if !strings.Contains(info, "aof_state:failed\r\n") || !strings.Contains(info, "aof_last_write_status:err\r\n") {
-		t.Errorf("INFO persistence of the failed store:\n%s", info)
+	if p := info(t, c, "persistence"); p["aof_state"] != "failed" || p["aof_last_write_status"] != "err" {
+		t.Errorf("INFO persistence of the failed store: %v", p)
 	}
 	if n := doInt(t, c, "QLEN", "q"); n != acked {
 		t.Errorf("QLEN on the failed store = %d, want %d", n, acked)

@@ -161,13 +161,7 @@ func testDiskFailure(t *testing.T, diskErr error) {
 	}
 	writeStatus := func() string {
 		t.Helper()
-		info, err := c.Info(ctx, "persistence").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, v, _ := strings.Cut(info, "aof_last_write_status:")
-		v, _, _ = strings.Cut(v, "\r\n")
-		return v
+		return info(t, c, "persistence")["aof_last_write_status"]
 	}
 	if got := writeStatus(); got != "err" {
 		t.Fatalf("INFO aof_last_write_status while the disk fails: %q, want err", got)

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,14 +18,9 @@ import (
 // aofFsyncs reads diskque_aof_fsyncs_total from /metrics.
 func aofFsyncs(t *testing.T, maddr string) int64 {
 	t.Helper()
-	resp, err := http.Get("http://" + maddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "diskque_aof_fsyncs_total "); ok {
+	_, metrics := httpGet(t, "http://"+maddr+"/metrics")
+	for line := range strings.Lines(metrics) {
+		if v, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "diskque_aof_fsyncs_total "); ok {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				t.Fatalf("diskque_aof_fsyncs_total %q", v)
