@@ -1,6 +1,8 @@
 package storage
 
 import (
+	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,12 +124,47 @@ func (g *compactionGate) granter() {
 		case <-t.C:
 		}
 		for g.reserve() {
-			if waiting, _ := g.db.GetWaitingCompaction(); !waiting || !g.db.Schedule(g) {
+			waiting, _ := g.db.GetWaitingCompaction()
+			if !waiting {
+				g.release()
+				break
+			}
+			scheduled, stale := g.schedule()
+			if stale {
+				g.release()
+				continue // the stale pick is gone: Pebble picks afresh
+			}
+			if !scheduled {
 				g.release()
 				break
 			}
 		}
 	}
+}
+
+// schedule asks the DB to start its waiting compaction, and survives a
+// defect of Pebble v2.1.7. When the scheduler refuses a manual compaction
+// (DB.Compact) Pebble caches the pick; if Compact then gives up on it (its
+// context ends, or an earlier compaction of the same call failed, as when
+// the index's disk fails) the manual compaction leaves Pebble's queue but
+// not the cache, and Schedule panics when it meets it ("did not find manual
+// compaction with id N") after taking it out of the cache. The panic comes
+// before the compaction marks any table or counts itself, and Schedule's
+// deferred unlocks release the DB's mutexes, so the DB is as if the pick
+// had never been made: stale reports it, and the granter asks again. Any
+// other panic is not ours to hide.
+func (g *compactionGate) schedule() (scheduled, stale bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			if err, ok := r.(error); ok && strings.Contains(err.Error(), "did not find manual compaction with id") {
+				slog.Warn("storage: dropped a manual compaction of the index that its caller had given up on", "pebble", err.Error())
+				scheduled, stale = false, true
+				return
+			}
+			panic(r)
+		}
+	}()
+	return g.db.Schedule(g), false
 }
 
 // reserve takes a slot for a compaction if the gate is open and the DB

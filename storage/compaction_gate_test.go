@@ -1,6 +1,8 @@
 package storage
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -138,5 +140,67 @@ func TestCompactionGateHold(t *testing.T) {
 	}
 	if s, _ := db.state(); s != 2 {
 		t.Fatalf("%d compactions scheduled, want the 2 before hold", s)
+	}
+}
+
+// TestCompactionGateSurvivesACancelledManualCompaction: Pebble v2.1.7
+// caches a manual compaction the scheduler refused; if DB.Compact then
+// gives up on it (its context ends, or an earlier compaction of the same
+// call failed) the manual compaction leaves Pebble's queue but not the
+// cache, and the next Schedule panics ("did not find manual compaction with
+// id N"). CI met it when an injected write error failed a compaction of
+// CompactOrderIndex. The gate must drop the stale pick and go on.
+func TestCompactionGateSurvivesACancelledManualCompaction(t *testing.T) {
+	gate := newCompactionGate()
+	opts := &pebble.Options{}
+	opts.Experimental.CompactionScheduler = gate
+	db, err := pebble.Open(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	gate.Open()
+	// Two tables in L0 so that a manual compaction has work.
+	for i := range 2 {
+		if err := db.Set([]byte{'k', byte(i)}, []byte("v"), pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every slot taken: TrySchedule refuses, so Pebble caches its pick.
+	gate.mu.Lock()
+	gate.running += 1000
+	gate.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	compacted := make(chan error, 1)
+	go func() { compacted <- db.Compact(ctx, []byte("k"), []byte("l"), false) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if waiting, _ := db.GetWaitingCompaction(); waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the manual compaction never waited for the gate")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-compacted; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Compact = %v, want context.Canceled", err)
+	}
+
+	// Slots free again: the granter meets the stale pick.
+	gate.mu.Lock()
+	gate.running -= 1000
+	gate.mu.Unlock()
+	gate.wake()
+	if err := db.Compact(context.Background(), []byte("k"), []byte("l"), false); err != nil {
+		t.Fatalf("a later Compact: %v", err)
+	}
+	if n := db.Metrics().Levels[0].TablesCount; n != 0 {
+		t.Fatalf("L0 holds %d tables after the compaction", n)
 	}
 }
