@@ -1,0 +1,80 @@
+package replication
+
+import "errors"
+
+// MsgType is the type of one bus message (Disque's cluster messages; see
+// shared/CLUSTER.md "Jobs across nodes"). The values are on the wire: never
+// renumber them.
+type MsgType uint8
+
+const (
+	MsgReplJob   MsgType = 1  // the whole job: store a copy, answer GOTJOB
+	MsgGotJob    MsgType = 2  // a copy is durable here
+	MsgSetAck    MsgType = 3  // the job is acked: mark it, answer GOTACK
+	MsgGotAck    MsgType = 4  // the ack is recorded here (or the job unknown)
+	MsgDelJob    MsgType = 5  // delete your copy
+	MsgWillQueue MsgType = 6  // I will queue this job in 500 ms
+	MsgQueued    MsgType = 7  // I queued this job (counters to bump)
+	MsgWorking   MsgType = 8  // a consumer is working on it: postpone requeue
+	MsgPause     MsgType = 9  // a queue's pause state
+	MsgNeedJobs  MsgType = 10 // federation: send me jobs of this queue
+	MsgYourJobs  MsgType = 11 // federation: jobs for you
+	MsgEnqueue   MsgType = 12 // external replication: queue the job you got
+)
+
+// Message is one bus message: a type and an opaque payload (codec.go
+// encodes each type's fields).
+type Message struct {
+	Type    MsgType
+	Payload []byte
+}
+
+// Handler receives the messages of one peer in the order it sent them. It
+// is called from the link's reader goroutine: a slow handler slows only
+// that peer's link. from is the sender's node id (authenticated when a
+// cluster secret is set). The payload is the handler's to keep.
+type Handler func(from string, m Message)
+
+// Transport carries job messages between nodes: one persistent, ordered,
+// framed link per peer, writes batched (CLUSTER.md "Cluster bus"). Two
+// implementations pass one test suite (transport_suite_test.go): TCP on the
+// bus port, and an in-memory network for in-process clusters.
+//
+// Delivery is best effort: a message for a peer that is down, or whose
+// link's queue is full, is dropped (Send says so); the protocol above
+// retries what matters (REPLJOB every 50 ms until enough GOTJOB, SETACK with
+// backoff). Messages to one peer that are delivered arrive in order.
+type Transport interface {
+	// SetPeer tells the transport where node id listens (its bus address);
+	// a link to it is dialled when a message is first sent, and redialled
+	// with backoff after it breaks. A changed address replaces the link.
+	SetPeer(id, addr string)
+	// RemovePeer closes the link to id and drops its queued messages.
+	RemovePeer(id string)
+	// Send queues m for id without waiting for the network. The payload is
+	// not retained after Send returns (it is copied or written out first).
+	Send(id string, m Message) error
+	// Connected reports whether a link to id is up now (HELLO priorities,
+	// CLUSTER NODES' connected|disconnected).
+	Connected(id string) bool
+	// Stats are the bus counters (INFO cluster).
+	Stats() TransportStats
+	// Close closes every link; Send fails afterwards.
+	Close() error
+}
+
+// TransportStats count what the bus carried since start.
+type TransportStats struct {
+	MessagesSent, MessagesReceived int64
+	BytesSent, BytesReceived       int64 // on the wire, after compression
+	Dropped                        int64 // messages Send could not queue
+}
+
+var (
+	// ErrUnknownPeer: Send to a node SetPeer never named.
+	ErrUnknownPeer = errors.New("replication: unknown peer")
+	// ErrLinkFull: the link's queue is full (the peer is slow or down).
+	ErrLinkFull = errors.New("replication: the link to the peer is full")
+	// ErrTransportClosed: the transport was closed.
+	ErrTransportClosed = errors.New("replication: transport closed")
+)
