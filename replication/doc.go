@@ -16,4 +16,75 @@
 // effort (a message for a peer that is down is dropped; the protocol
 // retries what matters). The TCP transport and MemNetwork, the in-memory
 // one used by in-process clusters, pass one test suite.
+//
+// # TCP links (TCPTransport)
+//
+// Each direction of a peer pair has its own connection: the node that
+// sends dials (SetPeer starts the link at once, and redials after a
+// failure with a jittered backoff from BackoffMin, 100 ms, doubling to
+// BackoffMax, 3 s), the node that receives accepts, on the KindBus byte of
+// its PortMux. The dialler only writes frames and the acceptor only reads
+// them after the handshake; the dialler also reads, to learn at once that
+// the acceptor went away (any byte or EOF ends the link). Connected(id) is
+// true while the sending link to id is handshaken and not broken. An
+// acceptor keeps one reader per peer: a new link from the same node closes
+// the old one and waits for its reader, so the Handler sees one peer's
+// messages from one goroutine, in order.
+//
+// Send copies the message onto the link's queue (never waiting for the
+// network: it may be called under the broker's locks); the link's writer
+// takes the whole queue at once, frames it into a 64 KiB bufio.Writer and
+// flushes only when the queue is empty, so pipelined messages share write
+// system calls. Payloads over CompressAbove (256 bytes) are s2-compressed
+// when that makes them smaller.
+//
+// # Frames
+//
+//	0       4       8      9       10
+//	+-------+-------+------+-------+----------------------+
+//	| len   | crc   | type | flags | body (len bytes)     |
+//	+-------+-------+------+-------+----------------------+
+//
+// len (big-endian uint32) is the body's length on the wire, at most
+// MaxFrame; crc the CRC-32C of len, type, flags and body; type a MsgType
+// (never 0); flags bit 0 an s2 block body, whose decoded length must also
+// be at most MaxFrame; other flag bits are zero. The reader allocates at
+// most MaxFrame for a body (and as much again for a compressed body's
+// decoding). A frame that breaks any of these rules, or ends early, closes
+// its link (logged, rate-limited); nothing else is affected.
+//
+// # Handshake
+//
+// Before any frame (tcptransport_handshake.go has the bytes): the dialler
+// sends "DQB1", whether it has a secret, its node id and a 32-byte nonce;
+// the acceptor answers with its id, its nonce and, with a secret, an
+// HMAC-SHA256 over both nonces and both ids; the dialler checks it, and
+// that the acceptor is the node it meant to reach, then sends its own HMAC
+// (another label); the acceptor checks it and says OK. Either side refuses
+// with a reason the other logs: secret on one side only, a proof that does
+// not match (wrong cluster-secret), the wrong node. Refusals are logged on
+// both sides with the remote address; the dialler backs off. The whole
+// handshake has a deadline (HandshakeTimeout, 5 s). Without a secret the
+// bus is open and NewTCPTransport logs so. The secret authenticates the
+// peer at connect time; frames are neither encrypted nor signed, so the bus
+// belongs on a private network.
+//
+// # What is dropped, and when
+//
+//   - Send returns ErrLinkFull (counted in Stats.Dropped) when the link's
+//     queue holds QueueBytes (16 MiB) of payloads: the peer is down, slow or
+//     refusing us. Messages queued while a link is down wait for its
+//     return.
+//   - The batch being written when a link breaks is lost: best effort, as
+//     the Transport promises; the protocol retries what matters.
+//   - RemovePeer and Close drop what is queued for the peers concerned.
+//   - A write that does not finish within WriteTimeout (15 s: the peer stopped
+//     reading) breaks the link.
+//
+// # Concurrency
+//
+// Every Transport method is safe for concurrent use. TCPTransport.mu guards
+// its maps and each link's mu its queue; neither is held across I/O, and no
+// lock is held while the Handler runs. The Handler may call Send, but not
+// Close (Close waits for the Handler to return).
 package replication

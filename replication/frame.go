@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 
 	"github.com/klauspost/compress/s2"
 )
@@ -89,8 +90,9 @@ func (fw *frameWriter) writeFrame(typ MsgType, payload []byte) (int, error) {
 
 // frameReader decodes frames from a link. maxFrame bounds both the body on
 // the wire and the decompressed payload, so a peer can make it allocate at
-// most maxFrame bytes per frame (plus a scratch buffer of the same bound
-// for compressed bodies). Not safe for concurrent use.
+// most maxFrame bytes per frame (plus the compressed body, of the same
+// bound), and a body's buffer grows only as its bytes arrive. Not safe for
+// concurrent use.
 type frameReader struct {
 	r        io.Reader
 	maxFrame int
@@ -120,15 +122,17 @@ func (fr *frameReader) readFrame() (Message, int, error) {
 		return Message{}, 0, fmt.Errorf("%w: unknown flags %#x", errMalformedFrame, flags)
 	}
 	var body []byte
-	if flags&frameCompressed != 0 {
-		if cap(fr.scratch) < int(n) {
-			fr.scratch = make([]byte, n)
-		}
+	var err error
+	if flags&frameCompressed != 0 && cap(fr.scratch) >= int(n) {
 		body = fr.scratch[:n]
+		_, err = io.ReadFull(fr.r, body)
 	} else {
-		body = make([]byte, n)
+		body, err = readGrowing(fr.r, int(n))
+		if flags&frameCompressed != 0 {
+			fr.scratch = body
+		}
 	}
-	if _, err := io.ReadFull(fr.r, body); err != nil {
+	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			return Message{}, 0, fmt.Errorf("%w: torn body", errMalformedFrame)
 		}
@@ -158,4 +162,31 @@ func (fr *frameReader) readFrame() (Message, int, error) {
 		fr.scratch = nil
 	}
 	return Message{Type: typ, Payload: payload}, wire, nil
+}
+
+// growStep is how much of a body is allocated before its bytes arrive.
+const growStep = 256 << 10
+
+// readGrowing reads n bytes into a buffer that grows (doubling) as they
+// arrive: a header that announces a large body costs memory only as the
+// body is actually sent.
+func readGrowing(r io.Reader, n int) ([]byte, error) {
+	if n <= growStep {
+		b := make([]byte, n)
+		_, err := io.ReadFull(r, b)
+		return b, err
+	}
+	b := make([]byte, 0, growStep)
+	for len(b) < n {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, min(n-len(b), len(b)))
+		}
+		chunk := b[len(b):min(cap(b), n)]
+		got, err := io.ReadFull(r, chunk)
+		b = b[:len(b)+got]
+		if err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
 }

@@ -120,7 +120,7 @@ type TCPTransport struct {
 
 	stats struct {
 		msgsSent, msgsRecv, bytesSent, bytesRecv, dropped atomic.Int64
-		flushes                                           atomic.Int64 // batches written (tests, benchmarks)
+		writes                                            atomic.Int64 // write system calls on sending links
 	}
 }
 
@@ -144,9 +144,10 @@ func NewTCPTransport(cfg TCPConfig) (*TCPTransport, error) {
 	return t, nil
 }
 
-// SetPeer implements Transport. A new address makes the link redial at
-// once, keeping its queued messages (they are for the node, not the
-// address).
+// SetPeer implements Transport. The link is dialled at once (not at the
+// first Send), so Connected reports on every known peer, as CLUSTER NODES
+// needs. A new address makes the link redial at once, keeping its queued
+// messages (they are for the node, not the address).
 func (t *TCPTransport) SetPeer(id, addr string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -157,7 +158,7 @@ func (t *TCPTransport) SetPeer(id, addr string) {
 		l.setAddr(addr)
 		return
 	}
-	t.links[id] = newTCPLink(t, id, addr)
+	t.links[id] = startTCPLink(t, id, addr)
 }
 
 // RemovePeer implements Transport: it closes the sending link to id, drops
@@ -174,7 +175,7 @@ func (t *TCPTransport) RemovePeer(id string) {
 }
 
 // Send implements Transport: it copies m onto id's queue and wakes the
-// link's writer (dialling on the first message).
+// link's writer.
 func (t *TCPTransport) Send(id string, m Message) error {
 	if len(m.Payload) > t.cfg.MaxFrame {
 		return ErrMessageTooLarge

@@ -23,8 +23,8 @@ func newBufReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, lin
 const queueRecordHeader = 5
 
 // tcpLink is the sending link to one peer: a queue Send appends to and one
-// goroutine (run) that dials, handshakes and writes the queue out in
-// batches, redialling with backoff when the connection breaks.
+// goroutine (run, started by SetPeer) that dials, handshakes and writes the
+// queue out in batches, redialling with backoff when the connection breaks.
 type tcpLink struct {
 	t  *TCPTransport
 	id string
@@ -35,7 +35,6 @@ type tcpLink struct {
 	addr    string
 	pending []byte // queued records: type | len | payload, in Send order
 	spare   []byte // the writer's previous batch buffer, reused
-	started bool   // run is going (started by the first Send)
 	stopped bool
 	conn    net.Conn // the current connection, to close on stop or a new address
 
@@ -48,10 +47,16 @@ type tcpLink struct {
 	done   chan struct{} // closed when run returns (or at stop if never started)
 }
 
-func newTCPLink(t *TCPTransport, id, addr string) *tcpLink {
+// startTCPLink returns the link to peer id at addr, its goroutine
+// running. Called under t.mu with the transport open (so that Close's
+// wait counts it).
+func startTCPLink(t *TCPTransport, id, addr string) *tcpLink {
 	ctx, cancel := context.WithCancel(t.ctx)
-	return &tcpLink{t: t, id: id, addr: addr, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
+	l := &tcpLink{t: t, id: id, addr: addr, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
 		redial: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	t.wg.Add(1)
+	go l.run()
+	return l
 }
 
 func signal(c chan struct{}) {
@@ -61,8 +66,8 @@ func signal(c chan struct{}) {
 	}
 }
 
-// enqueue copies m onto the queue, starting the writer on the first
-// message. Called with t.mu not held.
+// enqueue copies m onto the queue and wakes the writer. Called with t.mu
+// not held.
 func (l *tcpLink) enqueue(m Message) error {
 	l.mu.Lock()
 	if l.stopped {
@@ -78,11 +83,6 @@ func (l *tcpLink) enqueue(m Message) error {
 	binary.BigEndian.PutUint32(hdr[1:], uint32(len(m.Payload)))
 	l.pending = append(l.pending, hdr[:]...)
 	l.pending = append(l.pending, m.Payload...)
-	if !l.started {
-		l.started = true
-		l.t.wg.Add(1)
-		go l.run()
-	}
 	l.mu.Unlock()
 	signal(l.wake)
 	return nil
@@ -117,15 +117,11 @@ func (l *tcpLink) stop() {
 	l.stopped = true
 	l.pending, l.spare = nil, nil
 	c := l.conn
-	started := l.started
 	l.mu.Unlock()
 	close(l.quit)
 	l.cancel()
 	if c != nil {
 		c.Close()
-	}
-	if !started {
-		close(l.done)
 	}
 	<-l.done
 }
@@ -255,7 +251,8 @@ func (l *tcpLink) serve(c net.Conn) {
 // buffered writer, flushing only when the queue is empty: messages Sent
 // while a write is in progress go out together in the next one.
 func (l *tcpLink) writeLoop(c net.Conn, broken <-chan struct{}) error {
-	fw := &frameWriter{w: bufio.NewWriterSize(c, linkBufSize), compressAbove: l.t.cfg.CompressAbove}
+	fw := &frameWriter{w: bufio.NewWriterSize(countingWriter{c, &l.t.stats.writes}, linkBufSize),
+		compressAbove: l.t.cfg.CompressAbove}
 	for {
 		l.mu.Lock()
 		batch := l.pending
@@ -294,7 +291,6 @@ func (l *tcpLink) writeLoop(c net.Conn, broken <-chan struct{}) error {
 			if err := fw.w.Flush(); err != nil {
 				return err
 			}
-			l.t.stats.flushes.Add(1)
 		}
 	}
 }
@@ -332,4 +328,16 @@ func (t *TCPTransport) logDialError(peer, addr string, err error, failures int) 
 		t.log.Info("replication: cannot reach peer on the bus", "peer", peer, "remote", addr, "err", err,
 			"attempt", failures, "similar_lines_suppressed", held)
 	}
+}
+
+// countingWriter counts the writes (system calls) under a link's bufio
+// writer: tests and benchmarks check that messages share them.
+type countingWriter struct {
+	w      io.Writer
+	writes *atomic.Int64
+}
+
+func (cw countingWriter) Write(p []byte) (int, error) {
+	cw.writes.Add(1)
+	return cw.w.Write(p)
 }
