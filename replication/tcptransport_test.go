@@ -486,3 +486,45 @@ func BenchmarkTCPTransport(b *testing.B) {
 		})
 	}
 }
+
+func TestTCPTransportBackoff(t *testing.T) {
+	tr := &TCPTransport{cfg: TCPConfig{BackoffMin: 100 * time.Millisecond, BackoffMax: 3 * time.Second}}
+	for _, tc := range []struct {
+		attempt int
+		full    time.Duration
+	}{
+		{1, 100 * time.Millisecond}, {2, 200 * time.Millisecond}, {3, 400 * time.Millisecond},
+		{5, 1600 * time.Millisecond}, {6, 3 * time.Second}, {50, 3 * time.Second},
+	} {
+		for range 100 {
+			if d := tr.backoff(tc.attempt); d < tc.full/2 || d > tc.full {
+				t.Fatalf("attempt %d: backoff %v, want within [%v, %v]", tc.attempt, d, tc.full/2, tc.full)
+			}
+		}
+	}
+}
+
+// FuzzHandshake feeds arbitrary bytes to both sides of the handshake: they
+// must fail cleanly (never panic, never accept without the secret's proof).
+func FuzzHandshake(f *testing.F) {
+	f.Add([]byte("DQB1\x01\x06node-a" + strings.Repeat("n", 32) + "\x00" + strings.Repeat("m", 32)))
+	f.Add([]byte("DQB1\x00\x06node-a" + strings.Repeat("n", 32) + "\x00"))
+	f.Add([]byte("\x00\x06node-b" + strings.Repeat("n", 32) + strings.Repeat("m", 32) + "\x00"))
+	f.Add([]byte("\x01\x05nope!"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, secret := range []string{"", "key"} {
+			rw := struct {
+				io.Reader
+				io.Writer
+			}{bytes.NewReader(data), io.Discard}
+			if id, err := acceptHandshake(rw, "node-b", secret); err == nil && (secret != "" || !validNodeID(id)) {
+				t.Fatalf("acceptor accepted %q without a valid proof", id)
+			}
+			rw.Reader = bytes.NewReader(data)
+			if id, err := dialHandshake(rw, []byte{KindBus}, "node-a", "node-b", secret); err == nil && secret != "" {
+				t.Fatalf("dialler accepted %q without a valid proof", id)
+			}
+		}
+	})
+}
