@@ -193,13 +193,22 @@ func (t *TCPTransport) Send(id string, m Message) error {
 	if l == nil {
 		return ErrUnknownPeer
 	}
-	if err := l.enqueue(m); err != nil {
-		if errors.Is(err, ErrLinkFull) {
-			t.stats.dropped.Add(1)
+	err := l.enqueue(m)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrLinkFull):
+		t.stats.dropped.Add(1)
+	case errors.Is(err, errLinkStopped):
+		t.mu.Lock()
+		closed := t.closed
+		t.mu.Unlock()
+		if closed {
+			return ErrTransportClosed
 		}
-		return err
+		return ErrUnknownPeer
 	}
-	return nil
+	return err
 }
 
 // Connected implements Transport: the sending link to id is up (dialled,

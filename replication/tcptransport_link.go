@@ -18,6 +18,9 @@ const linkBufSize = 64 << 10
 
 func newBufReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, linkBufSize) }
 
+// errLinkStopped: Send raced with RemovePeer or Close (Send reports which).
+var errLinkStopped = errors.New("replication: link stopped")
+
 // queueRecordHeader is the size of a queued message's header in a link's
 // pending buffer: type u8 | payload length u32.
 const queueRecordHeader = 5
@@ -72,7 +75,7 @@ func (l *tcpLink) enqueue(m Message) error {
 	l.mu.Lock()
 	if l.stopped {
 		l.mu.Unlock()
-		return ErrTransportClosed
+		return errLinkStopped
 	}
 	if len(l.pending) > 0 && len(l.pending)+queueRecordHeader+len(m.Payload) > l.t.cfg.QueueBytes {
 		l.mu.Unlock()
