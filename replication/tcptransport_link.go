@@ -318,15 +318,17 @@ func writeBatch(fw *frameWriter, batch []byte) (msgs, bytes int, err error) {
 
 // logDialError logs a failed connect: the first failure and then at most
 // one line per peer per 10 s; refusals (wrong secret, wrong node) are
-// warnings, unreachable peers info.
+// warnings, an unreachable peer info.
 func (t *TCPTransport) logDialError(peer, addr string, err error, failures int) {
 	if t.ctx.Err() != nil {
 		return
 	}
-	if errors.Is(err, errRefused) || errors.Is(err, errHandshake) {
+	if errors.Is(err, errRefused) {
 		t.lim.warn(t.log, "dial:"+peer, "replication: bus link refused", "peer", peer, "remote", addr, "err", err, "attempt", failures)
 		return
 	}
+	// Anything else (no listener, a reset, a handshake cut short by a
+	// peer that is shutting down) is the network: info, as rarely.
 	if held, ok := t.lim.allow("dial:" + peer); ok || failures == 1 {
 		t.log.Info("replication: cannot reach peer on the bus", "peer", peer, "remote", addr, "err", err,
 			"attempt", failures, "similar_lines_suppressed", held)
