@@ -21,6 +21,13 @@ func newBufReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, lin
 // errLinkStopped: Send raced with RemovePeer or Close (Send reports which).
 var errLinkStopped = errors.New("replication: link stopped")
 
+// A link's queue is made of chunks of queueChunk bytes; up to
+// maxFreeChunks empty ones are kept for reuse (1 MiB per link).
+const (
+	queueChunk    = 64 << 10
+	maxFreeChunks = 16
+)
+
 // queueRecordHeader is the size of a queued message's header in a link's
 // pending buffer: type u8 | payload length u32.
 const queueRecordHeader = 5
@@ -34,12 +41,18 @@ type tcpLink struct {
 
 	up atomic.Bool // a connection is handshaken and not broken
 
-	mu      sync.Mutex
-	addr    string
-	pending []byte // queued records: type | len | payload, in Send order
-	spare   []byte // the writer's previous batch buffer, reused
-	stopped bool
-	conn    net.Conn // the current connection, to close on stop or a new address
+	mu   sync.Mutex
+	addr string
+	// pending holds the queued records (type | len | payload, in Send
+	// order) in chunks of queueChunk bytes, or one chunk of its own for a
+	// larger record: appending never copies what is queued, as growing one
+	// buffer would.
+	pending      [][]byte
+	pendingBytes int
+	free         [][]byte // empty chunks to reuse, at most maxFreeChunks
+	spareList    [][]byte // the writer's previous batch list, reused
+	stopped      bool
+	conn         net.Conn // the current connection, to close on stop or a new address
 
 	ctx    context.Context // cancelled by stop: aborts a dial
 	cancel context.CancelFunc
@@ -77,15 +90,28 @@ func (l *tcpLink) enqueue(m Message) error {
 		l.mu.Unlock()
 		return errLinkStopped
 	}
-	if len(l.pending) > 0 && len(l.pending)+queueRecordHeader+len(m.Payload) > l.t.cfg.QueueBytes {
+	need := queueRecordHeader + len(m.Payload)
+	if l.pendingBytes > 0 && l.pendingBytes+need > l.t.cfg.QueueBytes {
 		l.mu.Unlock()
 		return ErrLinkFull
+	}
+	last := len(l.pending) - 1
+	if last < 0 || cap(l.pending[last])-len(l.pending[last]) < need {
+		var chunk []byte
+		if n := len(l.free); need <= queueChunk && n > 0 {
+			chunk, l.free = l.free[n-1], l.free[:n-1]
+		} else {
+			chunk = make([]byte, 0, max(need, queueChunk))
+		}
+		l.pending = append(l.pending, chunk)
+		last++
 	}
 	var hdr [queueRecordHeader]byte
 	hdr[0] = byte(m.Type)
 	binary.BigEndian.PutUint32(hdr[1:], uint32(len(m.Payload)))
-	l.pending = append(l.pending, hdr[:]...)
-	l.pending = append(l.pending, m.Payload...)
+	c := append(l.pending[last], hdr[:]...)
+	l.pending[last] = append(c, m.Payload...)
+	l.pendingBytes += need
 	l.mu.Unlock()
 	signal(l.wake)
 	return nil
@@ -118,7 +144,7 @@ func (l *tcpLink) stop() {
 		return
 	}
 	l.stopped = true
-	l.pending, l.spare = nil, nil
+	l.pending, l.pendingBytes, l.free, l.spareList = nil, 0, nil, nil
 	c := l.conn
 	l.mu.Unlock()
 	close(l.quit)
@@ -270,14 +296,23 @@ func (l *tcpLink) writeLoop(c net.Conn, broken <-chan struct{}) error {
 			}
 			continue
 		}
-		// Swap buffers: Sends go on appending to the spare while this
+		// Take the whole queue: Sends go on filling new chunks while this
 		// batch is written.
-		l.pending = l.spare[:0]
-		l.spare = nil
+		l.pending, l.spareList = l.spareList[:0], nil
+		l.pendingBytes = 0
 		l.mu.Unlock()
 
 		c.SetWriteDeadline(time.Now().Add(l.t.cfg.WriteTimeout))
-		msgs, bytes, err := writeBatch(fw, batch)
+		var msgs, bytes int
+		var err error
+		for _, chunk := range batch {
+			m, b, werr := writeBatch(fw, chunk)
+			msgs, bytes = msgs+m, bytes+b
+			if werr != nil {
+				err = werr
+				break
+			}
+		}
 		l.t.stats.msgsSent.Add(int64(msgs))
 		l.t.stats.bytesSent.Add(int64(bytes))
 		if err != nil {
@@ -285,9 +320,16 @@ func (l *tcpLink) writeLoop(c net.Conn, broken <-chan struct{}) error {
 		}
 		l.mu.Lock()
 		more := len(l.pending) > 0
-		// Keep the batch's buffer for reuse unless a burst made it large.
-		if l.spare == nil && cap(batch) <= 1<<20 && !l.stopped {
-			l.spare = batch[:0]
+		if !l.stopped {
+			for i, chunk := range batch {
+				if cap(chunk) == queueChunk && len(l.free) < maxFreeChunks {
+					l.free = append(l.free, chunk[:0])
+				}
+				batch[i] = nil
+			}
+			if l.spareList == nil && cap(batch) <= 1024 {
+				l.spareList = batch[:0]
+			}
 		}
 		l.mu.Unlock()
 		if !more {
@@ -298,7 +340,7 @@ func (l *tcpLink) writeLoop(c net.Conn, broken <-chan struct{}) error {
 	}
 }
 
-// writeBatch frames every record of batch. It returns how many messages
+// writeBatch frames every record of a queue chunk. It returns how many messages
 // and wire bytes it wrote (buffered, not necessarily flushed).
 func writeBatch(fw *frameWriter, batch []byte) (msgs, bytes int, err error) {
 	for len(batch) >= queueRecordHeader {

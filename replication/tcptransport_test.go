@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -448,8 +449,9 @@ func TestTCPTransportConfigValidated(t *testing.T) {
 func BenchmarkTCPTransport(b *testing.B) {
 	text := bytes.Repeat([]byte(`{"user":12345,"action":"resize","image":"s3://bucket/key.jpg"} `), 70)[:4096]
 	random := make([]byte, 4096)
+	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range random {
-		random[i] = byte(i*7919 + i>>3*31)
+		random[i] = byte(rng.Uint32())
 	}
 	for _, bc := range []struct {
 		name    string
