@@ -100,6 +100,9 @@ type memLink struct {
 
 // SetPeer implements Transport (the address is not used).
 func (t *MemTransport) SetPeer(id, _ string) {
+	if id == t.id {
+		return
+	}
 	t.mu.Lock()
 	t.peers[id] = true
 	t.mu.Unlock()

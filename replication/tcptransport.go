@@ -149,6 +149,9 @@ func NewTCPTransport(cfg TCPConfig) (*TCPTransport, error) {
 // needs. A new address makes the link redial at once, keeping its queued
 // messages (they are for the node, not the address).
 func (t *TCPTransport) SetPeer(id, addr string) {
+	if id == t.cfg.ID {
+		return // we do not dial ourselves: the acceptor would refuse it
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {

@@ -46,8 +46,9 @@ type Handler func(from string, m Message)
 // backoff). Messages to one peer that are delivered arrive in order.
 type Transport interface {
 	// SetPeer tells the transport where node id listens (its bus address);
-	// a link to it is dialled when a message is first sent, and redialled
-	// with backoff after it breaks. A changed address replaces the link.
+	// a link to it is dialled (TCP: at once), and redialled with backoff
+	// after it breaks. A changed address replaces the link. The node's own
+	// id is ignored.
 	SetPeer(id, addr string)
 	// RemovePeer closes the link to id and drops its queued messages.
 	RemovePeer(id string)

@@ -351,6 +351,10 @@ func suiteUnknownPeer(t *testing.T, h suiteHarness) {
 	if a.Connected("nobody") {
 		t.Fatalf("Connected to an unknown peer")
 	}
+	a.SetPeer("node-a", "127.0.0.1:1") // itself: ignored
+	if err := a.Send("node-a", suiteSeq(0)); !errors.Is(err, ErrUnknownPeer) {
+		t.Fatalf("Send to itself: %v, want ErrUnknownPeer", err)
+	}
 	if s := a.Stats(); s.MessagesSent != 0 {
 		t.Fatalf("stats count a message never sent: %+v", s)
 	}
