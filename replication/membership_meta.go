@@ -116,12 +116,12 @@ func timingsFor(t time.Duration) gossipTimings {
 	if t <= 0 {
 		t = DefaultNodeTimeout
 	}
-	probe := clampDuration(t/8, 50*time.Millisecond, 5*time.Second)
+	probe := max(t/8, 50*time.Millisecond)
 	return gossipTimings{
 		ProbeInterval:           probe,
 		ProbeTimeout:            probe / 2,
 		GossipInterval:          clampDuration(probe/2, 20*time.Millisecond, 200*time.Millisecond),
-		PushPullInterval:        clampDuration(2*t, 2*time.Second, 30*time.Second),
+		PushPullInterval:        clampDuration(t/2, time.Second, 30*time.Second),
 		TCPTimeout:              clampDuration(t, time.Second, 10*time.Second),
 		GossipToDead:            clampDuration(4*t, 10*time.Second, 60*time.Second),
 		SuspicionMult:           5,
@@ -144,6 +144,9 @@ func (g gossipTimings) apply(c *memberlist.Config) {
 	c.GossipToTheDeadTime = g.GossipToDead
 	c.SuspicionMult = g.SuspicionMult
 	c.SuspicionMaxTimeoutMult = g.SuspicionMaxTimeoutMult
+	// Broadcasts go to more nodes than memberlist's 4×log10(n+1), so a
+	// MEET chain's news does not die out before push/pull repairs it.
+	c.RetransmitMult = 6
 	// Under local load memberlist stretches its probe timeouts by up to
 	// this factor (Lifeguard); more would push "fail" past 2 T.
 	c.AwarenessMaxMultiplier = 2

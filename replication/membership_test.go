@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,6 +37,34 @@ type nodeOpts struct {
 	secret  string
 	ban     time.Duration
 	addr    string // listen address; "" = 127.0.0.1:0
+	warns   *warnRecorder
+}
+
+// warnRecorder is a slog.Handler keeping the messages at WARN and above.
+type warnRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnRecorder) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, r.Message)
+	return nil
+}
+func (w *warnRecorder) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnRecorder) WithGroup(string) slog.Handler      { return w }
+
+func (w *warnRecorder) has(sub string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, m := range w.msgs {
+		if strings.Contains(m, sub) {
+			return true
+		}
+	}
+	return false
 }
 
 func randomID(t testing.TB) string {
@@ -84,9 +114,13 @@ func startNode(t *testing.T, id, dir string, o nodeOpts) *testNode {
 	bus := n.mux.Addr()
 	// A client port 10000 below the bus port, so Meet(ip, clientPort) finds it.
 	client := net.JoinHostPort("127.0.0.1", strconv.Itoa(max(bus.Port-10000, 1)))
+	logger := testLogger(t)
+	if o.warns != nil {
+		logger = slog.New(o.warns)
+	}
 	n.m, err = NewMembership(MembershipConfig{
 		ID: id, Dir: dir, ClientAddr: client, Mux: n.mux, NodeTimeout: o.timeout,
-		Secret: o.secret, Logger: testLogger(t), ForgetBan: o.ban,
+		Secret: o.secret, Logger: logger, ForgetBan: o.ban,
 		OnChange: func(info NodeInfo, gone bool) {
 			n.mu.Lock()
 			defer n.mu.Unlock()
@@ -262,6 +296,25 @@ func TestMembershipChainOfSevenConverges(t *testing.T) {
 	}
 	waitFor(t, 15*time.Second, "a MEET chain of 7 converges", allReachable(nodes))
 	t.Logf("a chain of 7 converged in %v (meets included)", time.Since(start))
+
+	// With 7 nodes memberlist waits for confirmations before "fail": still
+	// within 2× the node timeout on every other node.
+	dead := nodes[3]
+	dead.stop()
+	killed := time.Now()
+	others := append(append([]*testNode(nil), nodes[:3]...), nodes[4:]...)
+	waitFor(t, 6*time.Second+time.Second, "the killed node is failed on all 6 others", func() bool {
+		for _, n := range others {
+			if info, _ := n.node(dead.id); !info.Failed {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("failed on all 6 after %v (node timeout 3s)", time.Since(killed))
+	if took := time.Since(killed); took > 6*time.Second {
+		t.Errorf("failed after %v: over 2× the node timeout", took)
+	}
 }
 
 func TestMembershipFailureDetectedAndCleared(t *testing.T) {
@@ -487,7 +540,8 @@ func TestMembershipLeavingIsGossiped(t *testing.T) {
 
 func TestMembershipWrongSecretRefused(t *testing.T) {
 	leakcheck.Check(t)
-	a := startNode(t, "", "", nodeOpts{secret: "s3cret"})
+	warns := &warnRecorder{}
+	a := startNode(t, "", "", nodeOpts{secret: "s3cret", warns: warns})
 	b := startNode(t, "", "", nodeOpts{secret: "other"})
 	open := startNode(t, "", "", nodeOpts{})
 	c := startNode(t, "", "", nodeOpts{secret: "s3cret"})
@@ -497,6 +551,7 @@ func TestMembershipWrongSecretRefused(t *testing.T) {
 	if err := open.m.MeetBus("127.0.0.1", a.busPort()); !errors.Is(err, ErrMeetFailed) {
 		t.Fatalf("meet with no secret = %v; want ErrMeetFailed", err)
 	}
+	waitFor(t, 5*time.Second, "the refusal is logged", func() bool { return warns.has("gossip refused") })
 	c.meet(t, a)
 	waitFor(t, 10*time.Second, "same secret joins", allReachable([]*testNode{a, c}))
 	for _, n := range []*testNode{a, c} {
