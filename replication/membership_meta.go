@@ -103,7 +103,7 @@ func gossipKey(secret string) []byte {
 // confirm, and up to SuspicionMaxTimeoutMult times that (5/4 T), shortened
 // by confirmations from the other nodes' probes. So "fail" comes within
 // about ProbeInterval + ProbeTimeout + 5/4 T ≈ 1.45 T of the death: inside
-// CLUSTER.md's 2 T. diskque's own "fail?" flag (no ack to our pings, which
+// the cluster contract's 2 T. diskque's own "fail?" flag (no ack to our pings, which
 // run every ProbeInterval, for suspectAfter = T/2) comes first.
 type gossipTimings struct {
 	ProbeInterval, ProbeTimeout, GossipInterval time.Duration
