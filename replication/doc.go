@@ -1,8 +1,7 @@
 // Package replication is the cluster: membership and failure detection on
 // hashicorp/memberlist, the cluster bus (one port, PortMux, carrying
 // memberlist's gossip and the persistent job links of a Transport), and
-// Disque's job protocol on top of it (the cluster contract, kept beside
-// the repository in the team's shared notes).
+// Disque's job protocol on top of it (the team's cluster contract).
 //
 // # Ports
 //
@@ -10,6 +9,61 @@
 // each connection to the bus port names its protocol (KindBus,
 // KindGossipStream, KindGossipPacket); PortMux hands it to the handler for
 // that byte and closes connections that name none.
+//
+// # Membership
+//
+// Membership (membership.go) is memberlist (SWIM) over the bus port: a
+// custom memberlist Transport (gossip_transport.go) carries its streams as
+// KindGossipStream connections and its packets over one persistent
+// KindGossipPacket connection per peer, queued (bounded, dropped when full,
+// never blocking memberlist's loops) and batched by a writer goroutine per
+// peer. memberlist's node name is the 40-hex node id, its address the bus
+// address; the node metadata it gossips (at most 512 bytes) is
+// "dq1 <id> <client ip:port> <bus ip:port> <flags>", flags "leaving" and
+// "reset". With cluster-secret set, memberlist encrypts gossip with
+// SHA-256("diskque cluster gossip key v1\x00" + secret): a node with another
+// secret, or none, cannot join (MEET fails; the refusal is logged at WARN).
+//
+// Flags. "fail" is memberlist's dead: the node stays listed, Failed, until
+// FORGET or RESET (as in Disque), and is cleared when the node is alive
+// again (same id, possibly a new address). "fail?" is diskque's own:
+// memberlist does not expose its suspect state, so Membership pings every
+// live peer each probe interval and a peer that answered nothing (no ack,
+// no packet) for half the node timeout is Suspect. A node that leaves
+// memberlist while answering (Reset) is forgotten, not failed.
+//
+// Timings, from cluster-node-timeout T (membership_meta.go, timingsFor):
+// ProbeInterval T/8, ProbeTimeout T/16, GossipInterval T/16 (20-200 ms),
+// SuspicionMult 5 and SuspicionMaxTimeoutMult 2 (dead 5/8 T to 5/4 T after
+// the failed probe), PushPullInterval T/2 (1-30 s), RetransmitMult 6, TCPTimeout T (1-10 s),
+// Lifeguard's awareness at most ×2. A killed node is "fail?" about T/2
+// after its death and "fail" within about 1.5 T everywhere, inside the
+// contract's 2 T. memberlist reads its Config without locks and its tickers
+// keep the timings they started with, so SetNodeTimeout recreates the
+// memberlist instance (same id, same transport) and rejoins every known
+// peer; the nodes are kept meanwhile. Failed peers are re-joined every T
+// (1-10 s), so two nodes that restarted while the other was down find each
+// other.
+//
+// The nodes file (nodes.conf in the data directory, nodesfile.go): our id
+// and every known peer's id, client and bus addresses and flags, written
+// with durable.WriteFile (temp file, fsync, rename, fsync of the directory)
+// when the membership changes (at most every 250 ms), on SaveConfig and on
+// Close. NewMembership rejoins its peers without MEET. It is a cache: a
+// damaged file, or one of another id, is logged and ignored (and
+// rewritten); it never stops a start.
+//
+// FORGET removes a node and refuses memberlist's alive messages about it
+// (an AliveDelegate) for ForgetBan (60 s); after that gossip may bring it
+// back. RESET leaves memberlist (peers forget the node at once), starts a
+// new instance that knows nobody, optionally under a new id, and refuses
+// gossip about the old nodes for 2 s (what was already sent), or until a
+// MEET.
+//
+// Concurrency: every method is safe for concurrent use. Lock order:
+// Membership.listMu, then memberlist's own locks (its delegates run under
+// them), then Membership.mu; no memberlist call is made under mu, and
+// OnChange is called from one goroutine with no lock held.
 //
 // # Transport
 //

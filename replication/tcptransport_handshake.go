@@ -51,9 +51,9 @@ var (
 	errRefused   = errors.New("replication: bus handshake refused")
 )
 
-// validNodeID says whether id may name a node on the bus: 1 to 64 printable
+// validLinkID says whether id may name a node on the bus: 1 to 64 printable
 // ASCII characters, no spaces.
-func validNodeID(id string) bool {
+func validLinkID(id string) bool {
 	if id == "" || len(id) > maxNodeIDLen {
 		return false
 	}
@@ -135,7 +135,7 @@ func readNodeID(r io.Reader) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", errHandshake, err)
 	}
-	if !validNodeID(id) {
+	if !validLinkID(id) {
 		return "", fmt.Errorf("%w: invalid node id %q", errHandshake, id)
 	}
 	return id, nil

@@ -520,7 +520,7 @@ func FuzzHandshake(f *testing.F) {
 				io.Reader
 				io.Writer
 			}{bytes.NewReader(data), io.Discard}
-			if id, err := acceptHandshake(rw, "node-b", secret); err == nil && (secret != "" || !validNodeID(id)) {
+			if id, err := acceptHandshake(rw, "node-b", secret); err == nil && (secret != "" || !validLinkID(id)) {
 				t.Fatalf("acceptor accepted %q without a valid proof", id)
 			}
 			rw.Reader = bytes.NewReader(data)
