@@ -58,7 +58,8 @@ const (
 	recMeta wal.RecordType = 17
 	// recNodes: id, node list. The nodes that may hold a copy of the job
 	// (nodes-delivered) replaced, in whatever state: the origin records
-	// the nodes it sent a REPLJOB to (format 5).
+	// the nodes it sent a REPLJOB to (format 5); a wait-repl job becomes
+	// active (its replication is achieved).
 	recNodes wal.RecordType = 18
 )
 

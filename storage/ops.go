@@ -233,7 +233,8 @@ func (b *Batch) AckUnknown(id string, etime int64) error {
 
 // SetNodes replaces the list of nodes that may hold a copy of the job
 // (nodes-delivered), in whatever state it is: the origin of a replicated
-// job records the nodes it sent it to before it queues it.
+// job records the nodes it sent it to before it queues it. A wait-repl job
+// becomes active: its replication is achieved.
 func (b *Batch) SetNodes(id string, nodes []string) {
 	b.job(&op{typ: recNodes, id: id, nodes: slices.Clone(nodes)})
 }

@@ -46,9 +46,14 @@ func transition(cur *Job, o *op) (*Job, error) {
 	}
 	if o.typ == recNodes {
 		// Who may hold a copy changes in any state: an acked job's list
-		// is what its ack GC asks.
+		// is what its ack GC asks. A wait-repl job's nodes are recorded
+		// once its replication is achieved: it becomes active (queued
+		// next, or at its DELAY), as in Disque's jobReplicationAchieved.
 		j := *cur
 		j.Nodes = o.nodes
+		if j.State == StateWaitRepl {
+			j.State = StateActive
+		}
 		return &j, nil
 	}
 	if cur.State == StateAcked {
