@@ -70,6 +70,9 @@ func decodeReplJobs(p []byte) (noReply bool, jobs []replJob, err error) {
 	d := msgDecoder{b: p}
 	d.version()
 	flags := d.byte()
+	if d.err == nil && flags&^replFlagNoReply != 0 {
+		d.fail("unknown flags")
+	}
 	n := d.count(minReplJobBytes)
 	for i := 0; i < n && d.err == nil; i++ {
 		j := &storage.Job{ID: d.id()}
