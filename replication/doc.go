@@ -1,7 +1,7 @@
 // Package replication is the cluster: membership and failure detection on
 // hashicorp/memberlist, the cluster bus (one port, PortMux, carrying
 // memberlist's gossip and the persistent job links of a Transport), and
-// Disque's job protocol on top of it (shared/CLUSTER.md).
+// Disque's job protocol on top of it (the cluster contract the team keeps beside the repository).
 //
 // # Ports
 //
