@@ -1,7 +1,8 @@
 // Package replication is the cluster: membership and failure detection on
 // hashicorp/memberlist, the cluster bus (one port, PortMux, carrying
 // memberlist's gossip and the persistent job links of a Transport), and
-// Disque's job protocol on top of it (the cluster contract the team keeps beside the repository).
+// Disque's job protocol on top of it (the team's cluster contract, kept
+// beside the repository).
 //
 // # Ports
 //
