@@ -10,14 +10,19 @@ import (
 
 // AddRequest is one ADDJOB, its options resolved (see DefaultRetry).
 type AddRequest struct {
-	Queue     string
-	Body      []byte
-	Replicate int   // copies wanted, this node included
+	Queue string
+	Body  []byte
+	// Replicate is the copies wanted, this node included; 0 means the
+	// default, DefaultReplicate.
+	Replicate int
 	TTL       int64 // seconds, > 0
 	Retry     int64 // seconds, 0 = at-most-once
 	Delay     int64 // seconds, < TTL
 	MaxLen    int64 // refuse if the queue already has this many jobs; 0 = off
-	Async     bool  // ADDJOB ASYNC: reply before replication; a lone node replicates nothing
+	Async     bool  // ADDJOB ASYNC: reply before replication
+	// Timeout is ADDJOB's ms-timeout: how long a synchronous replication
+	// may take, in milliseconds (0 = until the job's TTL).
+	Timeout int64
 }
 
 // AddResult is the outcome of one AddRequest.
@@ -33,10 +38,19 @@ func DefaultRetry(ttl int64) int64 { return max(min(ttl/10, 300), 1) }
 // AddJobs adds jobs: with those of concurrent calls, in one store batch, so
 // that many connections' ADDJOBs share one commit and one AOF write
 // (see addCombiner). Each gets its id, or its own error. It returns once the
-// jobs are durable per the fsync policy.
+// jobs are durable per the fsync policy and, for a synchronous REPLICATE n
+// > 1, once n−1 other nodes confirmed a durable copy (or the ms-timeout
+// passed: ErrReplTimeout, and the job is gone). The jobs of one add batch
+// that replicate are handed to the cluster together, once the batch is
+// durable and the combiner's round is over (replRound).
 func (b *Broker) AddJobs(reqs []AddRequest) []AddResult {
 	call := &addCall{reqs: reqs, out: make([]AddResult, len(reqs))}
 	b.adds.run(call, b.addCalls)
+	if call.repl != nil {
+		// Whichever call of the round gets here first replicates for all
+		// of them; the others wait for it (sync.Once).
+		call.repl.once.Do(func() { b.replicateRound(call.repl) })
+	}
 	if err := call.pending.Wait(); err != nil {
 		for i := range call.out {
 			if call.out[i].Err == nil {
@@ -55,8 +69,21 @@ func (b *Broker) addCalls(calls []*addCall) {
 	type ref struct {
 		call *addCall
 		i    int
+		repl int // the copies wanted, resolved
 	}
 	var refs []ref // batch op → request
+
+	// The cluster is asked before Broker.mu is taken (it must never be
+	// called under it): how many nodes there are and can take a copy.
+	known, reachable := 1, 0
+	for _, c := range calls {
+		for _, r := range c.reqs {
+			if r.Replicate != 1 {
+				known, reachable = max(b.cluster.KnownNodes(), 1), b.cluster.ReachablePeers()
+				break
+			}
+		}
+	}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -71,7 +98,10 @@ func (b *Broker) addCalls(calls []*addCall) {
 	added := map[string]int64{} // per queue, for MAXLEN within the batch
 	for _, c := range calls {
 		for i, r := range c.reqs {
-			if err := b.validateAdd(r); err != nil {
+			if r.Replicate == 0 {
+				r.Replicate = min(3, known)
+			}
+			if err := b.validateAdd(r, reachable); err != nil {
 				c.out[i].Err = err
 				continue
 			}
@@ -91,13 +121,14 @@ func (b *Broker) addCalls(calls []*addCall) {
 			if j.State == storage.StateQueued {
 				added[r.Queue]++
 			}
-			refs = append(refs, ref{c, i})
+			refs = append(refs, ref{c, i, r.Replicate})
 		}
 	}
 	if len(refs) == 0 {
 		return
 	}
 	res, pending := b.st.Apply(batch)
+	var round *replRound
 	for _, c := range calls {
 		c.pending = pending
 	}
@@ -107,9 +138,29 @@ func (b *Broker) addCalls(calls []*addCall) {
 			continue
 		}
 		j := res[k].Job
-		r.call.out[r.i].ID = j.ID
 		b.stats.JobsAdded++
 		b.syncTimersLocked(j.ID, j)
+		if r.repl > 1 {
+			if round == nil {
+				round = &replRound{pending: pending}
+			}
+			req := r.call.reqs[r.i]
+			item := replItem{call: r.call, i: r.i, Replication: Replication{Job: j, Body: req.Body}}
+			if j.State == storage.StateWaitRepl {
+				item.Deadline = j.Etime
+				if req.Timeout > 0 {
+					item.Deadline = min(item.Deadline, now+req.Timeout)
+				}
+				round.sync = append(round.sync, item)
+			} else {
+				round.async = append(round.async, item)
+			}
+			r.call.repl = round
+		}
+		if j.State == storage.StateWaitRepl {
+			continue // its id is told once it is replicated
+		}
+		r.call.out[r.i].ID = j.ID
 		if q := b.queueLocked(j.Queue, now); j.State == storage.StateQueued {
 			q.jobsIn++
 			b.queuedLocked(j, now)
@@ -117,11 +168,167 @@ func (b *Broker) addCalls(calls []*addCall) {
 	}
 }
 
+// replRound is the replication of one add batch's jobs: run once, after
+// the batch is durable, outside the combiner and Broker.mu, by the first of
+// the round's calls to get there (the others wait on once).
+type replRound struct {
+	once    sync.Once
+	pending storage.Pending
+	sync    []replItem // wait-repl: replicated, then queued (or deleted)
+	async   []replItem // queued already: copies sent, not waited for
+}
+
+// replItem is one job of a replRound and the request it answers.
+type replItem struct {
+	Replication
+	call *addCall
+	i    int
+}
+
+// replicateRound hands a round's jobs to the cluster and finishes them: a
+// synchronous job that enough nodes confirmed gets its nodes and is queued
+// (or left for its DELAY), one that timed out is deleted here; the nodes
+// an asynchronous one was sent to are recorded. It writes the results of
+// the round's requests (each call's own slots, read by its AddJobs after
+// once.Do returns).
+func (b *Broker) replicateRound(r *replRound) {
+	if err := r.pending.Wait(); err != nil {
+		for _, it := range r.sync {
+			it.call.out[it.i] = AddResult{Err: wrapStore(err)}
+		}
+		return // the async jobs fail through their own call's Wait
+	}
+	var nodes [][]string
+	var ok []bool
+	var items []replItem
+	if len(r.async) > 0 {
+		jobs := make([]Replication, len(r.async))
+		for k, it := range r.async {
+			jobs[k] = it.Replication
+		}
+		for _, n := range b.cluster.ReplicateAsync(jobs) {
+			nodes, ok = append(nodes, n), append(ok, true)
+		}
+		items = append(items, r.async...)
+	}
+	if len(r.sync) > 0 {
+		jobs := make([]Replication, len(r.sync))
+		for k, it := range r.sync {
+			jobs[k] = it.Replication
+		}
+		for _, res := range b.cluster.Replicate(jobs) {
+			nodes, ok = append(nodes, res.Nodes), append(ok, res.OK)
+		}
+		items = append(items, r.sync...)
+	}
+	outcome, err := b.finishReplication(items, nodes, ok)
+	for k, it := range items {
+		sync := it.Job.State == storage.StateWaitRepl
+		switch {
+		case !sync:
+			// Queued and told already: a failure to record its nodes
+			// leaves it with fewer holders known (logged), not an error.
+		case err != nil:
+			it.call.out[it.i] = AddResult{Err: err}
+		case outcome[k] != nil:
+			it.call.out[it.i] = AddResult{Err: outcome[k]}
+		default:
+			it.call.out[it.i] = AddResult{ID: it.Job.ID}
+		}
+	}
+}
+
+// finishReplication applies the outcome of replications under Broker.mu
+// and waits for its durability outside it: for each job, its nodes (a
+// wait-repl job becomes active), then its queueing (a synchronous one
+// without DELAY), or, for one not confirmed in time, its deletion. It
+// returns, per job, nil or why its ADDJOB fails.
+func (b *Broker) finishReplication(items []replItem, nodes [][]string, ok []bool) ([]error, error) {
+	outcome := make([]error, len(items))
+	b.mu.Lock()
+	if err := b.checkOpenLocked(); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	now := b.nowMillis()
+	batch := b.st.NewBatch()
+	type opRef struct {
+		item int
+		kind byte // 'n' nodes, 'q' queue, 'd' delete
+	}
+	var ops []opRef
+	for k, it := range items {
+		id := it.Job.ID
+		switch {
+		case k >= len(nodes) || !ok[k]:
+			outcome[k] = ErrReplTimeout
+			batch.Delete(id)
+			ops = append(ops, opRef{k, 'd'})
+		default:
+			if len(nodes[k]) > 1 {
+				batch.SetNodes(id, nodes[k])
+				ops = append(ops, opRef{k, 'n'})
+			}
+			if it.Job.State == storage.StateWaitRepl {
+				if len(nodes[k]) <= 1 {
+					batch.SetNodes(id, b.selfNodes) // wait-repl → active
+					ops = append(ops, opRef{k, 'n'})
+				}
+				if it.Job.AwakeTime == 0 {
+					batch.Queue(id, retryTime(now, it.Job.Retry))
+					ops = append(ops, opRef{k, 'q'})
+				}
+			}
+		}
+	}
+	if batch.Len() == 0 {
+		b.mu.Unlock()
+		return outcome, nil
+	}
+	res, pending := b.st.Apply(batch)
+	for n, r := range res {
+		o := ops[n]
+		if r.Err != nil {
+			if errUnusable(r.Err) {
+				b.mu.Unlock()
+				return nil, wrapStore(r.Err)
+			}
+			if o.kind == 'n' && items[o.item].Job.State == storage.StateWaitRepl {
+				// Gone meanwhile (expired, deleted by a DELJOB).
+				outcome[o.item] = ErrReplTimeout
+			}
+			if o.kind == 'n' && items[o.item].Job.State != storage.StateWaitRepl {
+				b.opts.Logger.Warn("queue: could not record the nodes of a replicated job", "job", items[o.item].Job.ID, "err", r.Err)
+			}
+			continue
+		}
+		b.syncTimersLocked(r.Old.ID, r.Job)
+		switch o.kind {
+		case 'q':
+			q := b.queueLocked(r.Job.Queue, now)
+			q.jobsIn++
+			b.queuedLocked(r.Job, now)
+		case 'd':
+			if r.Old.State == storage.StateQueued {
+				b.unqueuedLocked(r.Old)
+			}
+		}
+	}
+	b.mu.Unlock()
+	if err := pending.Wait(); err != nil {
+		return nil, wrapStore(err)
+	}
+	return outcome, nil
+}
+
 // addCall is one AddJobs call waiting in an addCombiner.
 type addCall struct {
 	reqs    []AddRequest
 	out     []AddResult
 	pending storage.Pending
+	// repl is the replication of the round's jobs that replicate (nil if
+	// none of this call's does).
+	repl *replRound
 	// wake tells a waiting call that it was applied (false) or that it
 	// leads the next round (true).
 	wake chan bool
@@ -185,7 +392,9 @@ func (c *addCombiner) run(call *addCall, apply func([]*addCall)) {
 	}
 }
 
-func (b *Broker) validateAdd(r AddRequest) error {
+// validateAdd checks one request, its Replicate resolved, against the
+// reachable peers: n copies need n−1 of them.
+func (b *Broker) validateAdd(r AddRequest, reachable int) error {
 	switch {
 	case r.Queue == "" || len(r.Queue) > storage.MaxQueueNameLen:
 		return fmt.Errorf("queue: queue name must be 1 to %d bytes", storage.MaxQueueNameLen)
@@ -195,8 +404,9 @@ func (b *Broker) validateAdd(r AddRequest) error {
 		return fmt.Errorf("queue: RETRY and DELAY must not be negative")
 	case r.Delay >= r.TTL:
 		return fmt.Errorf("queue: DELAY must be less than TTL")
-	case r.Replicate > 1:
-		// A lone node: no peer can hold a copy.
+	case r.Replicate < 1 || r.Replicate > 65535:
+		return fmt.Errorf("queue: REPLICATE must be between 1 and 65535")
+	case r.Replicate-1 > reachable:
 		return ErrNoRepl
 	}
 	return nil
@@ -214,10 +424,18 @@ func (b *Broker) newJob(r AddRequest, now int64) *storage.Job {
 		Repl:  uint16(max(r.Replicate, 1)),
 		Nodes: b.selfNodes,
 	}
-	if r.Delay > 0 {
+	switch {
+	case r.Replicate > 1 && !r.Async:
+		// Two-phase: stored, then replicated, then queued (or left for its
+		// DELAY, whose event fires once it is active).
+		j.State = storage.StateWaitRepl
+		if r.Delay > 0 {
+			j.AwakeTime = now + secondsToMillis(r.Delay)
+		}
+	case r.Delay > 0:
 		j.State = storage.StateActive
 		j.AwakeTime = now + secondsToMillis(r.Delay)
-	} else {
+	default:
 		j.State = storage.StateQueued
 		j.QueueTime = retryTime(now, j.Retry)
 	}

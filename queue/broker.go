@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/diskque/diskque/storage"
@@ -15,11 +16,14 @@ import (
 // state, and keeps, next to it, the queue heads, the blocked GETJOB waiters
 // and the timer wheel. See doc.go for who owns what and the invariants.
 type Broker struct {
-	opts Options
-	st   *storage.Store
-	node string
-	// selfNodes is the node list of every job added here, shared by them
-	// (the store shares its own the same way; nothing writes into one).
+	opts    Options
+	st      *storage.Store
+	cluster Cluster
+	// node is this node's id and selfNodes the node list of every job
+	// added here, shared by them (the store shares its own the same way;
+	// nothing writes into one). Both change only in SetNodeID: node is
+	// read without mu, selfNodes under it.
+	node      atomic.Pointer[string]
 	selfNodes []string
 	// adds merges concurrent AddJobs calls into one store batch (it has
 	// its own lock; see addCombiner).
@@ -112,7 +116,7 @@ func New(opts Options) (*Broker, error) {
 	b := &Broker{
 		opts:        opts,
 		st:          opts.Store,
-		node:        opts.Store.NodeID(),
+		cluster:     opts.Cluster,
 		selfNodes:   []string{opts.Store.NodeID()},
 		queues:      map[string]*queueState{},
 		wheel:       NewWheel(now),
@@ -126,6 +130,8 @@ func New(opts Options) (*Broker, error) {
 	// New jobs sort after every job the store has seen, even if the wall
 	// clock was stepped back since they were added.
 	b.ctime.Observe(opts.Store.MaxCtime())
+	node := opts.Store.NodeID()
+	b.node.Store(&node)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.loadTimersLocked(now, b.opts.MaxTimers); err != nil {
@@ -135,7 +141,28 @@ func New(opts Options) (*Broker, error) {
 }
 
 // NodeID returns the node's 40-hex-digit id.
-func (b *Broker) NodeID() string { return b.node }
+func (b *Broker) NodeID() string { return *b.node.Load() }
+
+// Cluster returns the cluster the broker replicates through (a lone node's
+// when Options.Cluster was nil).
+func (b *Broker) Cluster() Cluster { return b.cluster }
+
+// SetNodeID gives the node a new id (CLUSTER RESET HARD), after FlushAll:
+// the store refuses it while it holds jobs (storage.ErrNotEmpty). Jobs added
+// afterwards carry its prefix.
+func (b *Broker) SetNodeID(id string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.checkOpenLocked(); err != nil {
+		return err
+	}
+	if err := b.st.SetNodeID(id); err != nil {
+		return wrapStore(err)
+	}
+	b.node.Store(&id)
+	b.selfNodes = []string{id}
+	return nil
+}
 
 // Store returns the store the broker writes to.
 func (b *Broker) Store() *storage.Store { return b.st }

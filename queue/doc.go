@@ -79,6 +79,37 @@
 // out only durable at-least-once jobs, without a record (so they are
 // delivered again after the reopen, which at-least-once allows).
 //
+// # The cluster seam
+//
+// Options.Cluster (cluster.go; package replication implements it, a lone
+// node's is the default and behaves as a node alone always did) is the
+// broker's only way to other nodes, and the broker calls it only with no
+// lock of its own held: not Broker.mu, not the add combiner's round. Its
+// counts (KnownNodes, ReachablePeers) are read before an add round takes
+// Broker.mu.
+//
+// ADDJOB is two-phase when REPLICATE n > 1 without ASYNC: the job is
+// applied in state wait-repl (no queue, its TTL timer only), the round's
+// batch is waited for, and once the combiner's round is over the first of
+// its calls hands all the round's such jobs to Cluster.Replicate in one
+// call (so pipelined ADDJOBs share REPLJOB messages as they share a group
+// commit); then, under Broker.mu again, each confirmed job gets its nodes
+// (storage's NODES record: wait-repl → active) and is queued, or left for
+// its DELAY; one not confirmed by min(ms-timeout, TTL) is deleted here
+// (the cluster deleted the copies it sent) and its ADDJOB fails with
+// ErrReplTimeout. Fewer than n−1 reachable peers at the start is ErrNoRepl,
+// and nothing is stored. ASYNC jobs are queued and answered at once; their
+// copies are sent after the batch is durable (ReplicateAsync) and the
+// nodes they went to recorded.
+//
+// In a cluster ACKJOB acks (instead of deleting) a job other nodes may
+// hold and hands it to Cluster.Acked, which collects the copies and then
+// deletes it here; an unknown at-least-once id leaves a dummy ack.
+// FASTACK deletes and hands the job to Cluster.FastAcked. The messages of
+// other nodes arrive through ReplicaAdd (REPLJOB: an idempotent, durable
+// copy, active and not queued), RemoteSetAck (SETACK) and RemoteDelJob
+// (DELJOB) (remote.go).
+//
 // # Time
 //
 // Options.Now is the only clock. Run reads it to drive the timers; Tick

@@ -15,15 +15,126 @@ import (
 // Ack acknowledges jobs (ACKJOB). On a lone node no other copy needs
 // confirming, so an acked job is deleted at once. It returns how many known
 // jobs were newly acked.
+//
+// In a cluster (Clustered) a job that other nodes may hold is marked acked
+// and handed to Cluster.Acked, which collects its copies and then deletes
+// it here; a job only this node holds is deleted at once; an unknown
+// at-least-once id leaves a dummy ack (counted 0), handed to Cluster.Acked
+// too, so a copy elsewhere is acked and a late REPLJOB here does not bring
+// the job back.
 func (b *Broker) Ack(ids []string) (int, error) {
-	return b.deleteJobs(ids, func(s *Stats, n int64) { s.JobsAcked += n })
+	if !b.Clustered() {
+		return b.deleteJobs(ids, func(s *Stats, n int64) { s.JobsAcked += n })
+	}
+	self := b.NodeID()
+	var acked []*storage.Job
+	count := 0
+	_, err := b.idBatch(ids, func(batch *storage.Batch, id string, now int64) error {
+		j, err := b.st.Job(id)
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+			if storage.ValidJobID(id) && !storage.IDAtMostOnce(id) {
+				return wrapStore(batch.AckUnknown(id, now+idTTLMillis(id)))
+			}
+			return nil
+		case err != nil:
+			return wrapStore(err)
+		case j.State == storage.StateAcked:
+			return nil // acked already: its collection runs
+		case onlyNode(j.Nodes, self):
+			batch.Delete(id)
+		default:
+			batch.Ack(id)
+		}
+		return nil
+	}, func(old, nj *storage.Job, now int64) {
+		if old != nil && old.State == storage.StateQueued {
+			b.unqueuedLocked(old)
+		}
+		if old != nil {
+			count++
+			b.stats.JobsAcked++
+		}
+		if nj != nil && (old == nil || old.State != storage.StateAcked) {
+			acked = append(acked, nj)
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(acked) > 0 {
+		b.cluster.Acked(acked)
+	}
+	return count, nil
 }
 
 // FastAck is ACKJOB without the cluster confirmation round (FASTACK). On a
-// lone node the two are the same; the cluster makes ACKJOB keep an acked
-// copy until every holder confirms, while FASTACK deletes at once. It
-// returns how many jobs were deleted.
-func (b *Broker) FastAck(ids []string) (int, error) { return b.Ack(ids) }
+// lone node the two are the same; in a cluster FASTACK deletes the job here
+// at once and Cluster.FastAcked sends DELJOB to its holders (to every node
+// for an id unknown here). It returns how many jobs were deleted.
+func (b *Broker) FastAck(ids []string) (int, error) {
+	if !b.Clustered() {
+		return b.Ack(ids)
+	}
+	var deleted []*storage.Job
+	var unknown []string
+	n, err := b.idBatch(ids, func(batch *storage.Batch, id string, _ int64) error {
+		_, err := b.st.Job(id)
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+			if storage.ValidJobID(id) {
+				unknown = append(unknown, id)
+			}
+		case err != nil:
+			return wrapStore(err)
+		default:
+			batch.Delete(id)
+		}
+		return nil
+	}, func(old, _ *storage.Job, _ int64) {
+		if old.State == storage.StateQueued {
+			b.unqueuedLocked(old)
+		}
+		b.stats.JobsAcked++
+		deleted = append(deleted, old)
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(deleted) > 0 || len(unknown) > 0 {
+		b.cluster.FastAcked(deleted, unknown)
+	}
+	return n, nil
+}
+
+// onlyNode reports whether nodes name no node but self.
+func onlyNode(nodes []string, self string) bool {
+	for _, n := range nodes {
+		if n != self {
+			return false
+		}
+	}
+	return true
+}
+
+// idTTLMillis is the TTL a job id carries (its last 4 hex digits, in
+// minutes): a dummy ack lives that long.
+func idTTLMillis(id string) int64 {
+	var mins int64
+	for _, c := range []byte(id[36:40]) {
+		var v byte
+		switch {
+		case c >= '0' && c <= '9':
+			v = c - '0'
+		case c >= 'a' && c <= 'f':
+			v = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			v = c - 'A' + 10
+		}
+		mins = mins<<4 | int64(v)
+	}
+	return max(mins, 1) * 60_000
+}
 
 // DelJob deletes jobs locally (DELJOB) and returns how many were deleted.
 func (b *Broker) DelJob(ids []string) (int, error) {
@@ -197,7 +308,11 @@ func (b *Broker) idBatchLocked(ids []string,
 			continue // unknown, or not in a state the command applies to
 		}
 		n++
-		b.syncTimersLocked(r.Old.ID, r.Job)
+		if r.Old != nil {
+			b.syncTimersLocked(r.Old.ID, r.Job)
+		} else if r.Job != nil {
+			b.syncTimersLocked(r.Job.ID, r.Job) // an add (a dummy ack)
+		}
 		if done != nil {
 			done(r.Old, r.Job, now)
 		}

@@ -26,6 +26,9 @@ type Options struct {
 	Now func() time.Time
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// Cluster is the other nodes (package replication's Jobs). Default: a
+	// lone node, which replicates nothing and deletes acked jobs at once.
+	Cluster Cluster
 }
 
 // EnsureDefaults fills in every zero field with its default.
@@ -44,6 +47,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Cluster == nil {
+		o.Cluster = loneNode{}
 	}
 }
 

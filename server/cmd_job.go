@@ -32,9 +32,11 @@ func parseAddJob(args [][]byte, prevQueue string) (queue.AddRequest, string) {
 	if string(args[1]) != prevQueue {
 		r.Queue = string(args[1])
 	}
-	if timeout, ok := parseInt(args[3]); !ok || timeout < 0 {
+	timeout, ok := parseInt(args[3])
+	if !ok || timeout < 0 {
 		return r, "ERR Invalid timeout"
 	}
+	r.Timeout = timeout
 	retry, replicate := int64(-1), int64(0)
 	for i := 4; i < len(args); i++ {
 		opt := strings.ToLower(string(args[i]))

@@ -18,6 +18,7 @@ const (
 	errNoJob        = "NOJOB Job not known in the context of this node."
 	errTooLate      = "TOOLATE Half of job TTL already elapsed, you are no longer allowed to postpone the next delivery."
 	errNoRepl       = "NOREPL Not enough reachable nodes for the requested replication level"
+	errReplTimeout  = "NOREPL Timeout reached before replicating to the requested number of nodes"
 	errMaxLen       = "MAXLEN Queue is already longer than the specified MAXLEN count"
 	errPausedIn     = "PAUSED Queue paused in input, try later"
 	errLoading      = "LOADING diskque is loading the AOF, please retry"
@@ -53,6 +54,8 @@ func errorReply(err error) string {
 		return errTooLate
 	case errors.Is(err, queue.ErrNoRepl):
 		return errNoRepl
+	case errors.Is(err, queue.ErrReplTimeout):
+		return errReplTimeout
 	case errors.Is(err, queue.ErrMaxLen):
 		return errMaxLen
 	case errors.Is(err, queue.ErrPaused):

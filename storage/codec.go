@@ -56,6 +56,11 @@ const (
 	// holding the node id or a pause record is removed; replayed it sets the
 	// node id and the highest ctime and replaces every pause state.
 	recMeta wal.RecordType = 17
+	// recNodes: id, node list. The nodes that may hold a copy of the job
+	// (nodes-delivered) replaced, in whatever state: the origin records
+	// the nodes it sent a REPLJOB to (format 5); a wait-repl job becomes
+	// active (its replication is achieved).
+	recNodes wal.RecordType = 18
 )
 
 // ErrBadRecord is returned when an AOF record's payload does not decode.
@@ -72,6 +77,12 @@ type op struct {
 	// fresh (live adds only): the id was just made by NewJobID, so the
 	// lookup that refuses a duplicate id is skipped.
 	fresh bool
+	// replica (live adds only): an add of a copy sent by another node
+	// (REPLJOB) or of a dummy ack; an id that exists makes it a no-op that
+	// succeeds (Result.Old is the job as it is), not ErrExists.
+	replica bool
+	// nodes: the node list a NODES record sets.
+	nodes []string
 	awake int64 // nack
 	// add
 	job        *Job
@@ -130,6 +141,8 @@ func encodeOp(dst []byte, o *op) []byte {
 		return binary.AppendVarint(dst, o.awake)
 	case recAck, recDequeue:
 		return append(dst, o.id...)
+	case recNodes:
+		return appendNodes(append(dst, o.id...), o.nodes)
 	case recDel:
 		dst = append(dst, o.id...)
 		return appendLSNs(dst, o.creators)
@@ -200,6 +213,11 @@ func decodeOp(typ wal.RecordType, payload []byte) (*op, error) {
 		o.awake = d.varint()
 	case recAck, recDequeue:
 		o.id = d.id()
+	case recNodes:
+		o.id = d.id()
+		var j Job
+		d.nodes(&j)
+		o.nodes = j.Nodes
 	case recDel:
 		o.id = d.id()
 		if len(d.b) > 0 { // a format-2 DEL is the id alone

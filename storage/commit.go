@@ -152,6 +152,9 @@ func (s *Store) applyNow(ops []*op, res []Result) Pending {
 	w := s.buf
 	var end wal.LSN
 	var failure error
+	// noop: a replica add found its id known; the batch then waits for
+	// everything applied before it (that job's records among them).
+	noop := false
 	for i, o := range ops {
 		var old, nj *Job
 		var err error
@@ -162,6 +165,10 @@ func (s *Store) applyNow(ops []*op, res []Result) Pending {
 		}
 		switch {
 		case err != nil:
+		case o.typ == recAdd && old != nil && o.replica:
+			res[i].Job, res[i].Old = old, old
+			noop = true
+			continue
 		case o.typ == recAdd && old != nil:
 			err = fmt.Errorf("%w: %s", ErrExists, o.id)
 		case o.typ == recTomb:
@@ -196,6 +203,9 @@ func (s *Store) applyNow(ops []*op, res []Result) Pending {
 			overlay[o.id] = nj
 		}
 		res[i].Job, res[i].Old, res[i].lsn = nj, old, lsn
+	}
+	if noop && failure == nil && s.applied > end {
+		end = s.applied
 	}
 	if end == 0 && failure == nil {
 		s.mu.Unlock()

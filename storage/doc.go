@@ -122,6 +122,26 @@
 // reads free disk space now and then (a server's min-free-disk) can tell
 // how much of it the store has used since.
 //
+// # Cluster copies
+//
+// A job replicated from another node is an ordinary job here (SHOW, JSCAN,
+// TTL expiry and a restart treat it as any other), added by
+// Batch.AddReplica, which is idempotent: an id already known (the same
+// REPLJOB again, or an acked job) makes it a no-op that succeeds, and its
+// Pending waits for everything applied before it, so a copy is durable per
+// the fsync policy (fsynced under wal.SyncAlways) before the node answers
+// GOTJOB, whether this REPLJOB or an earlier one wrote it. A dummy ack
+// (Batch.AckUnknown: state acked, no queue, no body, only a TTL) records an
+// ack for an id never seen, so a late REPLJOB cannot resurrect the job. A
+// NODES record (Batch.SetNodes) replaces a job's node list, in any state:
+// the origin of a replicated job records the nodes it sent it to. Each
+// index value spells a list other than "just this node" out (40 bytes and a
+// length per node: 154 bytes for a job with three nodes, against 30 for a
+// lone node's; node ids are not interned yet). SetNodeID gives an empty
+// store a new node id (CLUSTER RESET HARD). These records are format 5
+// (keys.go formatVersion): an older build refuses the index once Open has
+// marked it.
+//
 // # Invariants
 //
 //   - A job has a q/ key if and only if its state is queued, and the key's

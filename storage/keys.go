@@ -91,11 +91,13 @@ func decodeState(v []byte) (indexState, error) {
 // the id and node list spelled out; format 2 (encodeJob) leaves out what the
 // key or the store says; format 3 adds a job's creator LSNs where they are
 // more than its body's (Job.creatorLSNs); format 4 keeps the deletions still
-// needed (h/ keys, counted in g/ values). Open reads all four, marks an older
-// index as format 4 (its old values stay readable; the holds a format-3
+// needed (h/ keys, counted in g/ values); format 5 says the AOF may hold
+// the cluster's records (NODES) and dummy acks (acked jobs with no queue),
+// which an older build cannot replay. Open reads all five, marks an older
+// index as format 5 (its old values stay readable; the holds a format-3
 // index counted without keys get them, accounting.go upgradeIndex), and
 // refuses any other.
-const formatVersion = 4
+const formatVersion = 5
 
 // EventKind is the kind of a schedule event.
 type EventKind uint8

@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/diskque/diskque/wal"
 )
@@ -38,6 +40,9 @@ func (s *Store) Add(j *Job, body []byte) error {
 func (s *Store) addOp(j *Job, body []byte, own bool) (*op, error) {
 	if err := validateNew(j); err != nil {
 		return nil, err
+	}
+	if j.State == StateAcked && len(body) > 0 {
+		return nil, fmt.Errorf("%w: a dummy ack has no body", ErrInvalidJob)
 	}
 	if len(body) > wal.MaxPayload-64-len(j.Queue)-64*len(j.Nodes) {
 		return nil, fmt.Errorf("%w: body of %d bytes is too large", ErrInvalidJob, len(body))
@@ -191,6 +196,53 @@ func (b *Batch) AddNew(j *Job, body []byte, ttlSeconds int64) error {
 	return nil
 }
 
+// AddReplica adds a copy of a job that another node created and sent here
+// (REPLJOB): j.State is StateActive (not queued: the origin queues it),
+// with the node list it was sent. It is idempotent: if the id is already
+// known here — the same REPLJOB received again, or a job acked (a dummy
+// ack among them) — nothing is written and the add still succeeds, its
+// Result's Old (and Job) the job as it is, so the sender is answered
+// again and an acked job is not resurrected. Either way the batch's
+// Pending waits for what was applied before it too, so the copy that was
+// already there is as durable as a new one when Wait returns.
+func (b *Batch) AddReplica(j *Job, body []byte) error {
+	o, err := b.s.addOp(j, body, false)
+	if err != nil {
+		return err
+	}
+	o.replica = true
+	b.ops = append(b.ops, o)
+	return nil
+}
+
+// AckUnknown adds a dummy ack of a job this node does not know (a
+// cluster's ACKJOB or SETACK of an id never seen here): an acked
+// placeholder with no queue and no body, deleted at etime like any job, so
+// that a REPLJOB arriving late (AddReplica) cannot bring the job back. If
+// the id is known the add is a no-op that succeeds, as for AddReplica:
+// the caller acks a known job with Ack.
+func (b *Batch) AckUnknown(id string, etime int64) error {
+	o, err := b.s.addOp(&Job{ID: id, State: StateAcked, Etime: etime}, nil, true)
+	if err != nil {
+		return err
+	}
+	o.replica = true
+	b.ops = append(b.ops, o)
+	return nil
+}
+
+// SetNodes replaces the list of nodes that may hold a copy of the job
+// (nodes-delivered), in whatever state it is: the origin of a replicated
+// job records the nodes it sent it to before it queues it. A wait-repl job
+// becomes active: its replication is achieved.
+func (b *Batch) SetNodes(id string, nodes []string) {
+	b.job(&op{typ: recNodes, id: id, nodes: slices.Clone(nodes)})
+}
+
+// IsDummyAck reports whether the job is a dummy ack (Batch.AckUnknown):
+// acked, with no queue and no body.
+func (j *Job) IsDummyAck() bool { return j.State == StateAcked && j.Queue == "" }
+
 // Queue adds a Store.Queue to the batch.
 func (b *Batch) Queue(id string, qtime int64) { b.job(queueOp(id, qtime)) }
 
@@ -238,3 +290,40 @@ func (b *Batch) Pause(queue string, p PauseState) error {
 
 // job adds a job operation; a malformed id fails with ErrNotFound at Commit.
 func (b *Batch) job(o *op) { b.ops = append(b.ops, o) }
+
+// ErrNotEmpty: SetNodeID on a store that still holds jobs.
+var ErrNotEmpty = errors.New("storage: the store holds jobs")
+
+// SetNodeID gives the store a new node id (CLUSTER RESET HARD), persisted
+// like the first one (a NODE record, fsynced whatever the policy, and the
+// index's m/ key; a checkpoint's META carries it forward). Job ids made
+// afterwards carry its prefix. The store must hold no job (flush it first):
+// index values that say "this store's node" would otherwise name the new
+// id. id is 40 lower-case hex digits.
+func (s *Store) SetNodeID(id string) error {
+	if !validNodeID(id) {
+		return fmt.Errorf("%w: bad node id %q", ErrInvalidJob, id)
+	}
+	s.mu.Lock()
+	jobs := s.jobs
+	s.mu.Unlock()
+	if jobs != 0 {
+		return fmt.Errorf("%w: %d jobs; flush them before changing the node id", ErrNotEmpty, jobs)
+	}
+	if _, err := s.commitOne(&op{typ: recNode, node: id}); err != nil {
+		return err
+	}
+	return s.log.Sync()
+}
+
+func validNodeID(id string) bool {
+	if len(id) != 40 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

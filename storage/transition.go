@@ -44,6 +44,18 @@ func transition(cur *Job, o *op) (*Job, error) {
 		j := *cur
 		return &j, nil
 	}
+	if o.typ == recNodes {
+		// Who may hold a copy changes in any state: an acked job's list
+		// is what its ack GC asks. A wait-repl job's nodes are recorded
+		// once its replication is achieved: it becomes active (queued
+		// next, or at its DELAY), as in Disque's jobReplicationAchieved.
+		j := *cur
+		j.Nodes = o.nodes
+		if j.State == StateWaitRepl {
+			j.State = StateActive
+		}
+		return &j, nil
+	}
 	if cur.State == StateAcked {
 		return nil, fmt.Errorf("%w: %s is acked", ErrWrongState, cur.ID)
 	}
@@ -124,12 +136,18 @@ func validateNew(j *Job) error {
 	switch {
 	case !ValidJobID(j.ID):
 		return fmt.Errorf("%w: bad id %q", ErrInvalidJob, j.ID)
+	case j.State == StateAcked:
+		// Only a dummy ack (Batch.AckUnknown) is added acked: no queue,
+		// no body, no timers but its TTL.
+		if j.Queue != "" || j.BodySize != 0 || j.AwakeTime != 0 || j.QueueTime != 0 {
+			return fmt.Errorf("%w: an acked job is added only as a dummy ack", ErrInvalidJob)
+		}
 	case j.Queue == "":
 		return fmt.Errorf("%w: empty queue name", ErrInvalidJob)
 	case len(j.Queue) > MaxQueueNameLen:
 		return fmt.Errorf("%w: queue name longer than %d bytes", ErrInvalidJob, MaxQueueNameLen)
 	case j.State != StateQueued && j.State != StateActive && j.State != StateWaitRepl:
-		return fmt.Errorf("%w: a new job is queued, active or wait-repl, not %s", ErrInvalidJob, j.State)
+		return fmt.Errorf("%w: a new job is queued, active, wait-repl or a dummy ack, not %s", ErrInvalidJob, j.State)
 	case j.State == StateQueued && j.AwakeTime != 0:
 		return fmt.Errorf("%w: a queued job has no awake time", ErrInvalidJob)
 	case j.Retry == 0 && j.QueueTime != 0:

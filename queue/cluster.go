@@ -1,0 +1,89 @@
+package queue
+
+import (
+	"errors"
+
+	"github.com/diskque/diskque/storage"
+)
+
+// Cluster is what the broker asks of the other nodes (package replication
+// implements it; loneNode is a node alone). The broker calls it only with
+// no lock of its own held — not Broker.mu, not the add combiner — so an
+// implementation may block on the network and may call the broker's
+// methods for incoming messages (ReplicaAdd, RemoteSetAck, …) from its own
+// goroutines. KnownNodes and ReachablePeers must not block: the broker reads
+// them while it plans an add.
+type Cluster interface {
+	// KnownNodes is the number of nodes known, this one included: the
+	// default REPLICATE is min(3, KnownNodes()). 1 means a lone node.
+	KnownNodes() int
+	// ReachablePeers is the number of other nodes a copy can be sent to
+	// now: an ADDJOB with REPLICATE n needs n−1 of them at its start.
+	ReachablePeers() int
+	// Replicate sends each job (in state wait-repl here) to Job.Repl−1
+	// other nodes and returns once each is confirmed (GOTJOB from enough
+	// nodes) or its deadline passed; then it has deleted (DELJOB) the
+	// copies sent. One call carries every synchronous job of one add
+	// batch, so pipelined ADDJOBs share REPLJOB messages. res[i] is job
+	// i's outcome.
+	Replicate(jobs []Replication) []ReplicationResult
+	// ReplicateAsync sends the jobs (already queued here) to Job.Repl−1
+	// other nodes without waiting for them (ADDJOB ASYNC) and returns the
+	// nodes each was sent to, this node first.
+	ReplicateAsync(jobs []Replication) [][]string
+	// Acked tells the cluster that ACKJOB acked these jobs here (dummy
+	// acks among them: IsDummyAck): it collects their copies (SETACK,
+	// GOTACK, DELJOB) and deletes the job here (Broker.DelJob) once every
+	// holder confirmed.
+	Acked(jobs []*storage.Job)
+	// FastAcked tells the cluster that FASTACK deleted these jobs here:
+	// it sends DELJOB to their holders, and for the unknown ids to every
+	// node.
+	FastAcked(jobs []*storage.Job, unknown []string)
+}
+
+// Replication is one job for Cluster.Replicate or ReplicateAsync.
+type Replication struct {
+	Job  *storage.Job
+	Body []byte
+	// Deadline (Unix ms) is when a synchronous replication gives up: the
+	// ADDJOB's ms-timeout or the job's expiry, the earlier; 0 = never.
+	Deadline int64
+}
+
+// ReplicationResult is the outcome of one synchronous replication.
+type ReplicationResult struct {
+	// OK: Job.Repl−1 other nodes confirmed a durable copy in time.
+	OK bool
+	// Nodes are the nodes that may hold a copy (nodes-delivered), this
+	// node first: every node a REPLJOB was sent to.
+	Nodes []string
+}
+
+// ErrReplTimeout: the ADDJOB's ms-timeout (or the job's TTL) passed before
+// enough nodes confirmed a copy; the job was deleted here and on the nodes
+// it was sent to.
+var ErrReplTimeout = errors.New("queue: timeout reached before replicating to the requested number of nodes")
+
+// loneNode is the Cluster of a node alone: no peer to send to, so the
+// broker never calls Replicate with a job to send (REPLICATE > 1 is
+// refused), and an acked job is deleted at once.
+type loneNode struct{}
+
+func (loneNode) KnownNodes() int     { return 1 }
+func (loneNode) ReachablePeers() int { return 0 }
+func (loneNode) Replicate(jobs []Replication) []ReplicationResult {
+	return make([]ReplicationResult, len(jobs))
+}
+func (loneNode) ReplicateAsync(jobs []Replication) [][]string { return make([][]string, len(jobs)) }
+func (loneNode) Acked([]*storage.Job)                         {}
+func (loneNode) FastAcked([]*storage.Job, []string)           {}
+
+// DefaultReplicate is the REPLICATE of an ADDJOB that gave none:
+// min(3, nodes known, this one included).
+func (b *Broker) DefaultReplicate() int { return min(3, max(b.cluster.KnownNodes(), 1)) }
+
+// Clustered reports whether other nodes are known: ACKJOB then keeps an
+// acked job until its copies are collected, and an ack of an unknown job
+// leaves a dummy ack.
+func (b *Broker) Clustered() bool { return b.cluster.KnownNodes() > 1 }

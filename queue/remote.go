@@ -1,0 +1,135 @@
+package queue
+
+import (
+	"errors"
+
+	"github.com/diskque/diskque/storage"
+)
+
+// The broker's side of the cluster's incoming messages. Package
+// replication calls these from its links' goroutines; like every broker
+// method they apply under Broker.mu, wait for durability outside it, and
+// never call the cluster (so a Cluster may call them while it holds its
+// own locks, as long as it never holds one the broker could wait for).
+
+// Replica is one job copy another node sent (REPLJOB).
+type Replica struct {
+	// Job is the job as its origin sent it: id, queue, ctime, etime,
+	// delay, retry, repl, awake time (for DELAY) and the nodes it was sent
+	// to. State, counters and the requeue time are this node's to set.
+	Job  *storage.Job
+	Body []byte
+}
+
+// ReplicaAdd stores copies sent by other nodes (REPLJOB): each is an
+// active job, not queued (its origin queues it), with a requeue at its
+// RETRY after it would be queued (so a copy takes over if its origin dies)
+// and the node list it was sent with. A copy of an id known here — the
+// same REPLJOB again, or a job acked (a dummy ack among them) — changes
+// nothing and succeeds. It returns, per copy, nil once it is durable per
+// this node's fsync policy (answer GOTJOB), or why it was refused: a queue
+// paused for input (ErrPaused), a malformed job, a failed store.
+func (b *Broker) ReplicaAdd(reps []Replica) []error {
+	out := make([]error, len(reps))
+	b.mu.Lock()
+	if err := b.checkOpenLocked(); err != nil {
+		b.mu.Unlock()
+		for i := range out {
+			out[i] = err
+		}
+		return out
+	}
+	now := b.nowMillis()
+	batch := b.st.NewBatch()
+	var refs []int // batch op → rep
+	for i, r := range reps {
+		if r.Job == nil {
+			out[i] = storage.ErrInvalidJob
+			continue
+		}
+		if b.st.PauseState(r.Job.Queue)&storage.PauseIn != 0 {
+			out[i] = ErrPaused
+			continue
+		}
+		j := *r.Job
+		j.State = storage.StateActive
+		j.Nacks, j.AdditionalDeliveries, j.Deliveries = 0, 0, 0
+		j.QueueTime = 0
+		if j.Retry > 0 {
+			j.QueueTime = retryTime(max(now, j.AwakeTime), j.Retry)
+		}
+		// A copy is queued only by its requeue: the origin runs the DELAY.
+		j.AwakeTime = 0
+		if err := batch.AddReplica(&j, r.Body); err != nil {
+			out[i] = wrapStore(err)
+			continue
+		}
+		refs = append(refs, i)
+	}
+	if len(refs) == 0 {
+		b.mu.Unlock()
+		return out
+	}
+	res, pending := b.st.Apply(batch)
+	for k, i := range refs {
+		r := res[k]
+		if r.Err != nil {
+			out[i] = wrapStore(r.Err)
+			continue
+		}
+		if r.Old == nil { // new here (Old set: it was known already)
+			b.syncTimersLocked(r.Job.ID, r.Job)
+		}
+	}
+	b.mu.Unlock()
+	if err := pending.Wait(); err != nil {
+		for _, i := range refs {
+			if out[i] == nil {
+				out[i] = wrapStore(err)
+			}
+		}
+	}
+	return out
+}
+
+// RemoteSetAck marks jobs acked because another node says so (SETACK): a
+// queued one leaves its queue; an unknown at-least-once id leaves a dummy
+// ack, so a late REPLJOB does not bring it back. It returns, per id,
+// whether the job was known here (GOTACK's "known"), once durable.
+func (b *Broker) RemoteSetAck(ids []string) ([]bool, error) {
+	known := make(map[string]bool, len(ids))
+	_, err := b.idBatch(ids, func(batch *storage.Batch, id string, now int64) error {
+		j, err := b.st.Job(id)
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+			if storage.ValidJobID(id) && !storage.IDAtMostOnce(id) {
+				return wrapStore(batch.AckUnknown(id, now+idTTLMillis(id)))
+			}
+		case err != nil:
+			return wrapStore(err)
+		default:
+			known[id] = !j.IsDummyAck()
+			if j.State != storage.StateAcked {
+				batch.Ack(id)
+			}
+		}
+		return nil
+	}, func(old, _ *storage.Job, _ int64) {
+		if old != nil && old.State == storage.StateQueued {
+			b.unqueuedLocked(old)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(ids))
+	for i, id := range ids {
+		out[i] = known[id]
+	}
+	return out, nil
+}
+
+// RemoteDelJob deletes jobs because another node says so (DELJOB: the ack
+// collection is over, FASTACK, or a replication that timed out). It returns
+// how many were deleted.
+func (b *Broker) RemoteDelJob(ids []string) (int, error) { return b.DelJob(ids) }

@@ -1,0 +1,238 @@
+package replication
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/diskque/diskque/storage"
+)
+
+// Ack collection (Disque's ack.c): an acked job is deleted everywhere once
+// every node that may hold a copy has it acked. SETACK goes to every
+// holder not yet confirmed, again after 1 s, 2 s, … up to 180 s (± 500 ms)
+// however long a holder is down; each answers GOTACK; once all have, DELJOB
+// to all of them and the job is deleted here.
+
+// Acked implements queue.Cluster: it starts the collection of the jobs
+// (dummy acks: SETACK to every known node) and sends the first SETACKs.
+func (j *Jobs) Acked(jobs []*storage.Job) {
+	now := j.cfg.Now()
+	others := j.otherIDs()
+	var alone []string
+	j.mu.Lock()
+	for _, job := range jobs {
+		if j.acks[job.ID] != nil {
+			continue
+		}
+		gc := &ackGC{confirmed: map[string]bool{}, next: now}
+		if job.IsDummyAck() {
+			gc.dummy, gc.targets = true, others
+		} else {
+			for _, n := range job.Nodes {
+				if n != j.cfg.ID {
+					gc.targets = append(gc.targets, n)
+				}
+			}
+		}
+		if len(gc.targets) == 0 && !gc.dummy {
+			alone = append(alone, job.ID) // no copy elsewhere to collect
+			continue
+		}
+		j.acks[job.ID] = gc
+	}
+	j.mu.Unlock()
+	if len(alone) > 0 {
+		if _, err := j.broker.DelJob(alone); err != nil {
+			j.log.Warn("replication: deleting acked jobs", "jobs", len(alone), "err", err)
+		}
+	}
+	j.RetryAcks(now)
+}
+
+// RetryAcks sends the SETACK rounds due at now (the first one of a job
+// just acked included) and schedules each job's next: 1 s doubling to
+// 180 s, ± 500 ms. The background loop calls it; tests call it with their
+// own time. It returns how many SETACK messages it sent.
+func (j *Jobs) RetryAcks(now time.Time) int {
+	per := map[string][]string{}
+	j.mu.Lock()
+	for id, gc := range j.acks {
+		if now.Before(gc.next) {
+			continue
+		}
+		for _, n := range gc.targets {
+			if !gc.confirmed[n] {
+				per[n] = append(per[n], id)
+			}
+		}
+		gc.next = now.Add(ackBackoff(gc.retries))
+		gc.retries++
+	}
+	j.mu.Unlock()
+	sent := 0
+	for n, ids := range per {
+		j.send(n, MsgSetAck, encodeIDs(ids))
+		sent++
+	}
+	if sent > 0 {
+		j.count(func(s *JobsStats) { s.SetAcksSent += int64(sent) })
+	}
+	return sent
+}
+
+// ackBackoff is the wait after SETACK round retries (0 = the first):
+// 1 s · 2^retries, at most 180 s, ± 500 ms.
+func ackBackoff(retries int) time.Duration {
+	d := ackRetryMax
+	if retries < 8 {
+		d = min(ackRetryMin<<retries, ackRetryMax)
+	}
+	return d + time.Duration(rand.Int64N(int64(2*ackRetryJitter)+1)) - ackRetryJitter
+}
+
+// NextAckRetry returns when the collection of job id sends its next
+// SETACK round, or false if it is not being collected.
+func (j *Jobs) NextAckRetry(id string) (time.Time, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	gc := j.acks[id]
+	if gc == nil {
+		return time.Time{}, false
+	}
+	return gc.next, true
+}
+
+func (j *Jobs) ackLoop() {
+	defer close(j.done)
+	t := time.NewTicker(j.cfg.AckRetryTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-j.stop:
+			return
+		case <-t.C:
+			j.RetryAcks(j.cfg.Now())
+		}
+	}
+}
+
+// gotAcks records GOTACK answers from node from. A job whose holders have
+// all answered is deleted on them (DELJOB) and here; a dummy ack that
+// reached a node that knows the job leaves the collection to that node and
+// is deleted here; a dummy ack that every node answered without knowing
+// the job stays (until its TTL) to block a late REPLJOB, no longer
+// collected.
+func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
+	var done, dropDummy []string
+	dels := map[string][]string{}
+	j.mu.Lock()
+	j.stats.GotAcksReceived += int64(len(ids))
+	for i, id := range ids {
+		gc := j.acks[id]
+		if gc == nil {
+			continue
+		}
+		if gc.dummy && known[i] {
+			delete(j.acks, id)
+			dropDummy = append(dropDummy, id)
+			continue
+		}
+		gc.confirmed[from] = true
+		all := true
+		for _, n := range gc.targets {
+			if !gc.confirmed[n] {
+				all = false
+				break
+			}
+		}
+		if !all {
+			continue
+		}
+		delete(j.acks, id)
+		if gc.dummy {
+			continue // nobody has it: the dummy stays until its TTL
+		}
+		done = append(done, id)
+		for _, n := range gc.targets {
+			dels[n] = append(dels[n], id)
+		}
+	}
+	j.mu.Unlock()
+	for n, ids := range dels {
+		j.send(n, MsgDelJob, encodeIDs(ids))
+		j.count(func(s *JobsStats) { s.DelJobsSent++ })
+	}
+	if ids := append(done, dropDummy...); len(ids) > 0 {
+		if _, err := j.broker.DelJob(ids); err != nil {
+			j.log.Warn("replication: deleting collected jobs", "jobs", len(ids), "err", err)
+		}
+	}
+}
+
+// FastAcked implements queue.Cluster: DELJOB to every holder of the
+// deleted jobs, and to every node for the ids unknown here.
+func (j *Jobs) FastAcked(jobs []*storage.Job, unknown []string) {
+	per := map[string][]string{}
+	for _, job := range jobs {
+		for _, n := range job.Nodes {
+			if n != j.cfg.ID {
+				per[n] = append(per[n], job.ID)
+			}
+		}
+	}
+	if len(unknown) > 0 {
+		for _, n := range j.otherIDs() {
+			per[n] = append(per[n], unknown...)
+		}
+	}
+	j.mu.Lock()
+	for _, job := range jobs {
+		delete(j.acks, job.ID)
+	}
+	j.mu.Unlock()
+	for n, ids := range per {
+		j.send(n, MsgDelJob, encodeIDs(ids))
+		j.count(func(s *JobsStats) { s.DelJobsSent++ })
+	}
+}
+
+// resume restarts what a restart interrupted: the collection of every
+// acked job on disk, and the end of every job left in wait-repl (deleted
+// here, DELJOB to every node: its ADDJOB was never answered).
+func (j *Jobs) resume() error {
+	var acked []*storage.Job
+	var waiting []string
+	after := ""
+	st := j.broker.Store()
+	for {
+		page, err := st.ScanJobs(after, 1024)
+		if err != nil {
+			return err
+		}
+		for _, job := range page {
+			switch {
+			case job.State == storage.StateAcked:
+				acked = append(acked, job)
+			case job.State == storage.StateWaitRepl:
+				waiting = append(waiting, job.ID)
+			}
+		}
+		if len(page) < 1024 {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	if len(waiting) > 0 {
+		if _, err := j.broker.DelJob(waiting); err != nil {
+			return err
+		}
+		for _, n := range j.otherIDs() {
+			j.send(n, MsgDelJob, encodeIDs(waiting))
+		}
+	}
+	if len(acked) > 0 {
+		j.log.Info("replication: resuming the collection of acked jobs", "jobs", len(acked))
+		j.Acked(acked)
+	}
+	return nil
+}

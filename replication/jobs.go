@@ -1,0 +1,385 @@
+package replication
+
+import (
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/diskque/diskque/queue"
+)
+
+// Peers is what the job protocol needs of membership; *Membership
+// satisfies it (and a static list does in tests).
+type Peers interface {
+	// Nodes is every known node, this one included.
+	Nodes() []NodeInfo
+	// Reachable is the other nodes, neither suspected nor failed.
+	Reachable() []NodeInfo
+}
+
+// JobsConfig configures Jobs.
+type JobsConfig struct {
+	// ID is this node's id. Required.
+	ID string
+	// Peers is membership. Required.
+	Peers Peers
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock of deadlines and ack-collection retries. Default
+	// time.Now. The broker's clock and this one must agree.
+	Now func() time.Time
+	// ResendInterval is how often a synchronous replication that is short
+	// of confirmations sends to one more node and again to the nodes that
+	// did not answer. Default 50 ms (Disque's).
+	ResendInterval time.Duration
+	// AckRetryTick is how often the background loop looks for SETACKs due
+	// again (RetryAcks). Default 100 ms; negative: no loop (tests call
+	// RetryAcks with their own time).
+	AckRetryTick time.Duration
+}
+
+// Ack collection's retry: 1 s doubling to 180 s, ± 500 ms (Disque's
+// JOB_GC_RETRY_MIN_PERIOD, MAX_PERIOD and its random error).
+const (
+	ackRetryMin    = time.Second
+	ackRetryMax    = 180 * time.Second
+	ackRetryJitter = 500 * time.Millisecond
+)
+
+// Jobs is Disque's job protocol over a Transport: it implements
+// queue.Cluster for the broker (REPLJOB/GOTJOB replication, SETACK/GOTACK/
+// DELJOB ack collection, FASTACK's DELJOB) and handles the same messages
+// from other nodes through the broker's methods (ReplicaAdd,
+// RemoteSetAck, RemoteDelJob). See doc.go "Job protocol".
+type Jobs struct {
+	cfg JobsConfig
+	log *slog.Logger
+
+	// Set by Start, read-only afterwards.
+	broker *queue.Broker
+	tr     Transport
+
+	// mu guards the maps below. It is a leaf: never held across a broker
+	// call, a transport Send or a wait.
+	mu sync.Mutex
+	// repl: the synchronous replications waiting for GOTJOB, by job id.
+	repl map[string]*pendingRepl
+	// acks: the acked jobs whose copies are being collected, by job id.
+	acks   map[string]*ackGC
+	closed bool
+	stats  JobsStats
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// JobsStats count the job protocol's work (INFO cluster).
+type JobsStats struct {
+	ReplJobsSent, GotJobsReceived int64
+	SetAcksSent, GotAcksReceived  int64
+	DelJobsSent                   int64
+	BadPayloads                   int64 // messages dropped as malformed
+	PendingAcks, PendingRepl      int   // now
+}
+
+// pendingRepl is one job of a Replicate call.
+type pendingRepl struct {
+	need      int             // other nodes that must confirm
+	sent      []string        // nodes sent to, in order
+	confirmed map[string]bool // nodes that answered GOTJOB
+	wake      chan struct{}   // the Replicate call's, buffered 1
+}
+
+// ackGC is the collection of one acked job's copies.
+type ackGC struct {
+	dummy     bool            // a dummy ack: SETACK to every node
+	targets   []string        // the other nodes that may hold a copy
+	confirmed map[string]bool // targets that answered GOTACK
+	retries   int             // SETACK rounds sent
+	next      time.Time       // when the next round is due
+}
+
+var _ queue.Cluster = (*Jobs)(nil)
+
+// NewJobs returns the job protocol of node cfg.ID. Messages are handled
+// (Handle) from Start on; before, they are dropped.
+func NewJobs(cfg JobsConfig) (*Jobs, error) {
+	if !validNodeID(cfg.ID) {
+		return nil, errors.New("replication: JobsConfig.ID must be 40 lower-case hex digits")
+	}
+	if cfg.Peers == nil {
+		return nil, errors.New("replication: JobsConfig.Peers is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ResendInterval <= 0 {
+		cfg.ResendInterval = 50 * time.Millisecond
+	}
+	if cfg.AckRetryTick == 0 {
+		cfg.AckRetryTick = 100 * time.Millisecond
+	}
+	return &Jobs{cfg: cfg, log: cfg.Logger, repl: map[string]*pendingRepl{}, acks: map[string]*ackGC{},
+		stop: make(chan struct{}), done: make(chan struct{})}, nil
+}
+
+// Start binds the broker and the transport (whose handler is j.Handle),
+// resumes the work a restart left — the collection of every acked job on
+// disk, and the deletion of jobs left in wait-repl (their ADDJOB never
+// answered: DELJOB to every node) — and starts the ack-retry loop.
+func (j *Jobs) Start(b *queue.Broker, t Transport) error {
+	j.mu.Lock()
+	j.broker, j.tr = b, t
+	j.mu.Unlock()
+	if err := j.resume(); err != nil {
+		return err
+	}
+	if j.cfg.AckRetryTick > 0 {
+		go j.ackLoop()
+	} else {
+		close(j.done)
+	}
+	return nil
+}
+
+// Close stops the ack-retry loop and wakes every waiting Replicate (which
+// then fails). It closes neither the transport nor the broker.
+func (j *Jobs) Close() error {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return nil
+	}
+	j.closed = true
+	for _, p := range j.repl {
+		wakeUp(p.wake)
+	}
+	j.mu.Unlock()
+	close(j.stop)
+	if j.broker != nil {
+		<-j.done
+	}
+	return nil
+}
+
+// Stats returns the protocol's counters.
+func (j *Jobs) Stats() JobsStats {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.stats
+	s.PendingAcks, s.PendingRepl = len(j.acks), len(j.repl)
+	return s
+}
+
+// KnownNodes implements queue.Cluster.
+func (j *Jobs) KnownNodes() int { return max(len(j.cfg.Peers.Nodes()), 1) }
+
+// ReachablePeers implements queue.Cluster.
+func (j *Jobs) ReachablePeers() int { return len(j.reachableIDs()) }
+
+func (j *Jobs) reachableIDs() []string {
+	var ids []string
+	for _, n := range j.cfg.Peers.Reachable() {
+		if n.ID != j.cfg.ID && !n.Myself && !n.Leaving {
+			ids = append(ids, n.ID)
+		}
+	}
+	return ids
+}
+
+func (j *Jobs) otherIDs() []string {
+	var ids []string
+	for _, n := range j.cfg.Peers.Nodes() {
+		if n.ID != j.cfg.ID && !n.Myself {
+			ids = append(ids, n.ID)
+		}
+	}
+	return ids
+}
+
+func wakeUp(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func (j *Jobs) nowMillis() int64 { return j.cfg.Now().UnixMilli() }
+
+// send sends one message, counting a failure only in the log at debug:
+// the protocol retries what matters.
+func (j *Jobs) send(to string, typ MsgType, payload []byte) {
+	if err := j.tr.Send(to, Message{Type: typ, Payload: payload}); err != nil {
+		j.log.Debug("replication: send", "to", to, "type", typ, "err", err)
+	}
+}
+
+// Replicate implements queue.Cluster: REPLJOB to Repl−1 reachable nodes
+// chosen at random (one message per node for all the call's jobs it gets);
+// every ResendInterval while a job is short, one more node, and the
+// REPLJOB again to the nodes that have not answered (a node whose link
+// came back gets it); at a job's deadline, DELJOB to every node it was
+// sent to.
+func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
+	out := make([]queue.ReplicationResult, len(jobs))
+	wake := make(chan struct{}, 1)
+	reach := j.reachableIDs()
+	prs := make([]*pendingRepl, len(jobs))
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return out
+	}
+	for i, r := range jobs {
+		p := &pendingRepl{need: int(r.Job.Repl) - 1, confirmed: map[string]bool{}, wake: wake}
+		p.sent = pick(reach, nil, p.need)
+		prs[i] = p
+		j.repl[r.Job.ID] = p
+	}
+	j.mu.Unlock()
+	defer func() {
+		j.mu.Lock()
+		for i, r := range jobs {
+			if j.repl[r.Job.ID] == prs[i] {
+				delete(j.repl, r.Job.ID)
+			}
+		}
+		j.mu.Unlock()
+	}()
+	j.sendRepl(jobs, prs, nil, false)
+
+	t := time.NewTimer(j.cfg.ResendInterval)
+	defer t.Stop()
+	left := len(jobs)
+	finished := make([]bool, len(jobs))
+	for {
+		now := j.nowMillis()
+		var resend []int
+		var dels map[string][]string
+		j.mu.Lock()
+		closed := j.closed
+		for i, r := range jobs {
+			if finished[i] {
+				continue
+			}
+			p := prs[i]
+			switch {
+			case len(p.confirmed) >= p.need:
+				finished[i], left = true, left-1
+				out[i] = queue.ReplicationResult{OK: true, Nodes: append([]string{j.cfg.ID}, p.sent...)}
+			case closed || r.Deadline != 0 && now >= r.Deadline:
+				finished[i], left = true, left-1
+				out[i] = queue.ReplicationResult{Nodes: append([]string{j.cfg.ID}, p.sent...)}
+				for _, n := range p.sent {
+					if dels == nil {
+						dels = map[string][]string{}
+					}
+					dels[n] = append(dels[n], r.Job.ID)
+				}
+			default:
+				resend = append(resend, i)
+			}
+		}
+		j.mu.Unlock()
+		for n, ids := range dels {
+			j.send(n, MsgDelJob, encodeIDs(ids))
+			j.count(func(s *JobsStats) { s.DelJobsSent++ })
+		}
+		if left == 0 {
+			return out
+		}
+		select {
+		case <-wake:
+			continue
+		case <-t.C:
+		}
+		t.Reset(j.cfg.ResendInterval)
+		// Short: one more node each, and again to those that did not
+		// answer.
+		reach = j.reachableIDs()
+		j.mu.Lock()
+		for _, i := range resend {
+			p := prs[i]
+			if len(p.confirmed) < p.need {
+				p.sent = append(p.sent, pick(reach, p.sent, 1)...)
+			}
+		}
+		j.mu.Unlock()
+		sub := make([]queue.Replication, len(resend))
+		subp := make([]*pendingRepl, len(resend))
+		for k, i := range resend {
+			sub[k], subp[k] = jobs[i], prs[i]
+		}
+		j.sendRepl(sub, subp, nil, false)
+	}
+}
+
+// pick returns up to n of from, not in except, in random order.
+func pick(from, except []string, n int) []string {
+	var cand []string
+	for _, id := range from {
+		if !slices.Contains(except, id) {
+			cand = append(cand, id)
+		}
+	}
+	rand.Shuffle(len(cand), func(a, b int) { cand[a], cand[b] = cand[b], cand[a] })
+	return cand[:min(n, len(cand))]
+}
+
+// sendRepl sends each job to the nodes of its pendingRepl that have not
+// confirmed it (to all of nodes[i] when prs is nil), one REPLJOB per node.
+func (j *Jobs) sendRepl(jobs []queue.Replication, prs []*pendingRepl, nodes [][]string, noReply bool) {
+	per := map[string][]replJob{}
+	var order []string
+	j.mu.Lock()
+	for i, r := range jobs {
+		var list, targets []string
+		if prs != nil {
+			list = append([]string{j.cfg.ID}, prs[i].sent...)
+			for _, n := range prs[i].sent {
+				if !prs[i].confirmed[n] {
+					targets = append(targets, n)
+				}
+			}
+		} else {
+			list, targets = nodes[i], nodes[i][1:]
+		}
+		jc := *r.Job
+		jc.Nodes = list
+		for _, n := range targets {
+			if per[n] == nil {
+				order = append(order, n)
+			}
+			per[n] = append(per[n], replJob{Job: &jc, Body: r.Body})
+		}
+	}
+	j.mu.Unlock()
+	for _, n := range order {
+		j.send(n, MsgReplJob, encodeReplJobs(noReply, per[n]))
+		j.count(func(s *JobsStats) { s.ReplJobsSent += int64(len(per[n])) })
+	}
+}
+
+func (j *Jobs) count(f func(*JobsStats)) {
+	j.mu.Lock()
+	f(&j.stats)
+	j.mu.Unlock()
+}
+
+// ReplicateAsync implements queue.Cluster: REPLJOB without GOTJOB to
+// Repl−1 reachable nodes chosen at random.
+func (j *Jobs) ReplicateAsync(jobs []queue.Replication) [][]string {
+	reach := j.reachableIDs()
+	nodes := make([][]string, len(jobs))
+	for i, r := range jobs {
+		nodes[i] = append([]string{j.cfg.ID}, pick(reach, nil, int(r.Job.Repl)-1)...)
+	}
+	j.sendRepl(jobs, nil, nodes, true)
+	return nodes
+}

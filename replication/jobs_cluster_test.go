@@ -1,0 +1,199 @@
+package replication
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/queue"
+	"github.com/diskque/diskque/storage"
+	"github.com/diskque/diskque/wal"
+)
+
+// staticPeers is membership for in-process clusters: every node of the
+// cluster is known; those the test marks down are not reachable (as
+// membership would say once it noticed). It is the seam part M's
+// Membership fills in the daemon.
+type staticPeers struct {
+	c    *testCluster
+	self string
+}
+
+func (p staticPeers) Nodes() []NodeInfo {
+	p.c.mu.Lock()
+	defer p.c.mu.Unlock()
+	var out []NodeInfo
+	for _, n := range p.c.ids {
+		out = append(out, NodeInfo{ID: n, Myself: n == p.self})
+	}
+	return out
+}
+
+func (p staticPeers) Reachable() []NodeInfo {
+	p.c.mu.Lock()
+	defer p.c.mu.Unlock()
+	var out []NodeInfo
+	for _, n := range p.c.ids {
+		if n != p.self && !p.c.down[n] {
+			out = append(out, NodeInfo{ID: n})
+		}
+	}
+	return out
+}
+
+// jobsNode is one node: a real store in its own directory, a broker, the
+// job protocol and its end of the MemNetwork.
+type jobsNode struct {
+	dir    string
+	id     string
+	st     *storage.Store
+	broker *queue.Broker
+	jobs   *Jobs
+	tr     *MemTransport
+}
+
+type testCluster struct {
+	t     *testing.T
+	net   *MemNetwork
+	nodes []*jobsNode
+	// AckRetryTick of every node's Jobs (negative: tests drive RetryAcks).
+	ackTick time.Duration
+
+	mu   sync.Mutex
+	ids  []string
+	down map[string]bool
+}
+
+func newTestCluster(t *testing.T, n int, ackTick time.Duration) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, net: NewMemNetwork(), ackTick: ackTick, down: map[string]bool{}}
+	for range n {
+		c.nodes = append(c.nodes, &jobsNode{dir: t.TempDir()})
+	}
+	for _, nd := range c.nodes {
+		c.open(nd)
+	}
+	t.Cleanup(func() {
+		for _, nd := range c.nodes {
+			c.close(nd)
+		}
+	})
+	return c
+}
+
+// open opens (or reopens) a node on its directory and joins it.
+func (c *testCluster) open(nd *jobsNode) {
+	t := c.t
+	t.Helper()
+	opts := storage.TestingOptions()
+	opts.FS, opts.Sync = vfs.Default, wal.SyncAlways
+	opts.Logger = quietLog()
+	st, err := storage.Open(nd.dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd.st, nd.id = st, st.NodeID()
+	c.mu.Lock()
+	known := false
+	for _, id := range c.ids {
+		known = known || id == nd.id
+	}
+	if !known {
+		c.ids = append(c.ids, nd.id)
+	}
+	c.mu.Unlock()
+	nd.jobs, err = NewJobs(JobsConfig{ID: nd.id, Peers: staticPeers{c, nd.id}, Logger: quietLog(), AckRetryTick: c.ackTick})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd.tr = c.net.Join(nd.id, nd.jobs.Handle)
+	nd.broker, err = queue.New(queue.Options{Store: st, Cluster: nd.jobs, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go nd.broker.Run()
+	c.setPeers()
+	if err := nd.jobs.Start(nd.broker, nd.tr); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setPeers tells every transport about every node.
+func (c *testCluster) setPeers() {
+	c.mu.Lock()
+	ids := append([]string(nil), c.ids...)
+	c.mu.Unlock()
+	for _, nd := range c.nodes {
+		if nd.tr == nil {
+			continue
+		}
+		for _, id := range ids {
+			if id != nd.id {
+				nd.tr.SetPeer(id, "")
+			}
+		}
+	}
+}
+
+func (c *testCluster) close(nd *jobsNode) {
+	if nd.st == nil {
+		return
+	}
+	nd.jobs.Close()
+	nd.tr.Close()
+	nd.broker.Close()
+	if err := nd.st.Close(); err != nil {
+		c.t.Error(err)
+	}
+	nd.st = nil
+}
+
+func (c *testCluster) setDown(id string, down bool) {
+	c.mu.Lock()
+	c.down[id] = down
+	c.mu.Unlock()
+}
+
+// state returns the job's state on node nd, or "" if nd does not have it.
+func (nd *jobsNode) state(t *testing.T, id string) string {
+	t.Helper()
+	j, err := nd.st.Job(id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j.State.String()
+}
+
+// eventually polls cond until it holds, failing after a deadline.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func addJob(t *testing.T, nd *jobsNode, r queue.AddRequest) queue.AddResult {
+	t.Helper()
+	if r.Queue == "" {
+		r.Queue = "q"
+	}
+	if r.Body == nil {
+		r.Body = []byte("body")
+	}
+	if r.TTL == 0 {
+		r.TTL = 3600
+	}
+	if r.Retry == 0 {
+		r.Retry = 60
+	}
+	return nd.broker.AddJobs([]queue.AddRequest{r})[0]
+}
