@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"sync/atomic"
@@ -58,6 +59,10 @@ func main() {
 }
 
 func run(cfg config) error {
+	dataDir, err := enterDir(cfg)
+	if err != nil {
+		return err
+	}
 	logOut := io.Writer(os.Stderr)
 	if cfg.LogFile != "" {
 		f, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -142,7 +147,7 @@ func run(cfg config) error {
 	sopts.Sync = cfg.AppendFsync
 	sopts.SegmentSize = cfg.segmentSize()
 	sopts.Logger = log
-	dir := cfg.Dir
+	dir := dataDir
 	if !cfg.AppendOnly {
 		sopts.FS = vfs.NewMem()
 		dir = "mem"
@@ -190,6 +195,27 @@ func run(cfg config) error {
 	}
 	log.Info("bye")
 	return serveErr
+}
+
+// enterDir makes the data directory (dir, relative to the working
+// directory) and chdirs into it, as Disque does: Disque's test suite starts
+// "disque-server disque_N/disque.conf" with "dir ./disque_N" and
+// "logfile log.txt", and expects the log in disque_N. So a relative
+// logfile or pidfile lands in dir. It returns dir's absolute path, where
+// the store is opened. With appendonly no the directory is still entered
+// (and made), but no job is written there.
+func enterDir(cfg config) (string, error) {
+	abs, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return "", fmt.Errorf("dir %q: %w", cfg.Dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return "", fmt.Errorf("dir: %w", err)
+	}
+	if err := os.Chdir(abs); err != nil {
+		return "", fmt.Errorf("dir: cannot chdir to %q: %w", abs, err)
+	}
+	return abs, nil
 }
 
 // metricsExposedWarning is logged at start when metrics-addr is not a
