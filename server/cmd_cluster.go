@@ -337,9 +337,9 @@ func (r *clusterRef) messages() (sent, recv int64) {
 }
 
 // clusterMeet: CLUSTER MEET ip port [busport]. The port is the peer's
-// client port, as in Disque; busport, when given, is its bus port (a
-// cluster-bus-port other than port + 10000) for a Cluster that can use it
-// (BusMeeter).
+// client port, as in Disque, whose bus is at port + 10000; busport, when
+// given, is its bus port (a cluster-bus-port other than port + 10000) for a
+// Cluster that can use it (BusMeeter), and port is then only checked.
 func clusterMeet(r *clusterRef, c *call) {
 	ip, portArg := string(c.args[2]), string(c.args[3])
 	port, err := strconv.ParseInt(portArg, 10, 64)
@@ -363,18 +363,19 @@ func clusterMeet(r *clusterRef, c *call) {
 			c.conn.WriteError("ERR this node cannot meet a node on a given bus port: use CLUSTER MEET ip port")
 			return
 		}
-		err = bm.MeetBus(ip, int(port), int(bus))
+		err = bm.MeetBus(ip, int(bus))
 		meetReply(c, ip, portArg, err)
 		return
 	}
 	meetReply(c, ip, portArg, r.c.Meet(ip, int(port)))
 }
 
-// BusMeeter is an optional interface of the Cluster: MeetBus joins the node
-// at ip:clientPort whose bus listens on busPort (CLUSTER MEET's third
-// argument).
+// BusMeeter is an optional interface of the Cluster
+// (*replication.Membership has it): MeetBus joins the node whose bus
+// listens on ip:busPort (CLUSTER MEET's third argument, for a node whose
+// cluster-bus-port is not its port + 10000).
 type BusMeeter interface {
-	MeetBus(ip string, clientPort, busPort int) error
+	MeetBus(ip string, busPort int) error
 }
 
 func meetReply(c *call, ip, port string, err error) {
@@ -482,8 +483,13 @@ func (s *Server) clusterInfo(c *call) []string {
 	if r.bus != nil {
 		bus = r.bus.Stats()
 	}
+	busPort := "0"
+	if _, p, err := net.SplitHostPort(self(nodes).BusAddr); err == nil {
+		busPort = p
+	}
 	lines := []string{
 		fmt.Sprintf("cluster_enabled:%d", boolInt(s.cluster.Load() != nil)),
+		"cluster_bus_port:" + busPort,
 		fmt.Sprintf("cluster_known_nodes:%d", len(nodes)),
 		fmt.Sprintf("cluster_reachable_nodes:%d", len(r.c.Reachable())),
 		fmt.Sprintf("cluster_failed_nodes:%d", failed),
@@ -501,7 +507,7 @@ func (s *Server) clusterInfo(c *call) []string {
 	if src, ok := r.c.(ClusterInfoSource); ok {
 		lines = append(lines, src.InfoLines()...)
 	}
-	if src, ok := r.bus.(ClusterInfoSource); ok && r.bus != nil {
+	if src, ok := r.bus.(ClusterInfoSource); ok {
 		lines = append(lines, src.InfoLines()...)
 	}
 	return lines
