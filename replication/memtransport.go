@@ -172,7 +172,7 @@ func (t *MemTransport) drain(to string, l *memLink) {
 // cut off.
 func (t *MemTransport) Connected(id string) bool {
 	t.mu.Lock()
-	known := t.peers[id]
+	known := t.peers[id] && !t.closed
 	t.mu.Unlock()
 	return known && t.net.reach(t.id, id) != nil
 }

@@ -1,0 +1,335 @@
+package replication
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// linkBufSize is the size of a link's bufio buffers: many small frames go
+// out in one write, and one read fills many frames.
+const linkBufSize = 64 << 10
+
+func newBufReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, linkBufSize) }
+
+// queueRecordHeader is the size of a queued message's header in a link's
+// pending buffer: type u8 | payload length u32.
+const queueRecordHeader = 5
+
+// tcpLink is the sending link to one peer: a queue Send appends to and one
+// goroutine (run) that dials, handshakes and writes the queue out in
+// batches, redialling with backoff when the connection breaks.
+type tcpLink struct {
+	t  *TCPTransport
+	id string
+
+	up atomic.Bool // a connection is handshaken and not broken
+
+	mu      sync.Mutex
+	addr    string
+	pending []byte // queued records: type | len | payload, in Send order
+	spare   []byte // the writer's previous batch buffer, reused
+	started bool   // run is going (started by the first Send)
+	stopped bool
+	conn    net.Conn // the current connection, to close on stop or a new address
+
+	ctx    context.Context // cancelled by stop: aborts a dial
+	cancel context.CancelFunc
+
+	wake   chan struct{} // cap 1: pending grew
+	redial chan struct{} // cap 1: the address changed: skip the backoff
+	quit   chan struct{} // closed by stop
+	done   chan struct{} // closed when run returns (or at stop if never started)
+}
+
+func newTCPLink(t *TCPTransport, id, addr string) *tcpLink {
+	ctx, cancel := context.WithCancel(t.ctx)
+	return &tcpLink{t: t, id: id, addr: addr, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
+		redial: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// enqueue copies m onto the queue, starting the writer on the first
+// message. Called with t.mu not held.
+func (l *tcpLink) enqueue(m Message) error {
+	l.mu.Lock()
+	if l.stopped {
+		l.mu.Unlock()
+		return ErrTransportClosed
+	}
+	if len(l.pending) > 0 && len(l.pending)+queueRecordHeader+len(m.Payload) > l.t.cfg.QueueBytes {
+		l.mu.Unlock()
+		return ErrLinkFull
+	}
+	var hdr [queueRecordHeader]byte
+	hdr[0] = byte(m.Type)
+	binary.BigEndian.PutUint32(hdr[1:], uint32(len(m.Payload)))
+	l.pending = append(l.pending, hdr[:]...)
+	l.pending = append(l.pending, m.Payload...)
+	if !l.started {
+		l.started = true
+		l.t.wg.Add(1)
+		go l.run()
+	}
+	l.mu.Unlock()
+	signal(l.wake)
+	return nil
+}
+
+// setAddr points the link at a new address: the current connection (to
+// the old one) is closed and the next dial is at once.
+func (l *tcpLink) setAddr(addr string) {
+	l.mu.Lock()
+	if l.addr == addr {
+		l.mu.Unlock()
+		return
+	}
+	l.addr = addr
+	c := l.conn
+	l.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+	signal(l.redial)
+}
+
+// stop ends the link: its connection is closed, its queue dropped, and it
+// returns once run has.
+func (l *tcpLink) stop() {
+	l.mu.Lock()
+	if l.stopped {
+		l.mu.Unlock()
+		<-l.done
+		return
+	}
+	l.stopped = true
+	l.pending, l.spare = nil, nil
+	c := l.conn
+	started := l.started
+	l.mu.Unlock()
+	close(l.quit)
+	l.cancel()
+	if c != nil {
+		c.Close()
+	}
+	if !started {
+		close(l.done)
+	}
+	<-l.done
+}
+
+// run is the link's goroutine: dial, handshake, write until the connection
+// breaks, back off, again, until stop or Close.
+func (l *tcpLink) run() {
+	defer l.t.wg.Done()
+	defer close(l.done)
+	failures := 0
+	for {
+		select {
+		case <-l.quit:
+			return
+		default:
+		}
+		c, addr, err := l.connect()
+		if err != nil {
+			failures++
+			if l.stopping() {
+				return
+			}
+			l.t.logDialError(l.id, addr, err, failures)
+			select {
+			case <-l.quit:
+				return
+			case <-l.redial:
+				failures = 0
+			case <-time.After(l.t.backoff(failures)):
+			}
+			continue
+		}
+		if failures > 0 {
+			l.t.log.Info("replication: bus link up again", "peer", l.id, "remote", c.RemoteAddr().String(), "failed_attempts", failures)
+		}
+		failures = 0
+		l.serve(c)
+		if l.stopping() {
+			return
+		}
+		// A link that broke is redialled after the shortest delay: the
+		// peer may just have restarted. Repeated failures back off.
+		failures = 1
+		select {
+		case <-l.quit:
+			return
+		case <-l.redial:
+			failures = 0
+		case <-time.After(l.t.backoff(failures)):
+		}
+	}
+}
+
+func (l *tcpLink) stopping() bool {
+	select {
+	case <-l.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// connect dials the peer's current address and runs the handshake. The
+// connection is registered on the link first, so stop and setAddr can
+// interrupt a handshake too.
+func (l *tcpLink) connect() (net.Conn, string, error) {
+	l.mu.Lock()
+	addr := l.addr
+	l.mu.Unlock()
+	d := net.Dialer{Timeout: l.t.cfg.DialTimeout, KeepAlive: 15 * time.Second}
+	c, err := d.DialContext(l.ctx, "tcp", addr)
+	if err != nil {
+		return nil, addr, err
+	}
+	l.mu.Lock()
+	if l.stopped || l.addr != addr {
+		l.mu.Unlock()
+		c.Close()
+		return nil, addr, errors.New("replication: link stopped or readdressed while dialling")
+	}
+	l.conn = c
+	l.mu.Unlock()
+	c.SetDeadline(time.Now().Add(l.t.cfg.HandshakeTimeout))
+	_, err = dialHandshake(c, []byte{KindBus}, l.t.cfg.ID, l.id, l.t.cfg.Secret)
+	c.SetDeadline(time.Time{})
+	if err != nil {
+		l.dropConn(c)
+		return nil, addr, err
+	}
+	return c, addr, nil
+}
+
+func (l *tcpLink) dropConn(c net.Conn) {
+	c.Close()
+	l.mu.Lock()
+	if l.conn == c {
+		l.conn = nil
+	}
+	l.mu.Unlock()
+}
+
+// serve writes the queue onto c until c breaks or the link stops. A
+// watcher reads c: the acceptor never writes after the handshake, so any
+// read result (EOF when the peer closes, RST, stray bytes) means the link
+// is gone, and the writer learns it even while idle.
+func (l *tcpLink) serve(c net.Conn) {
+	broken := make(chan struct{})
+	l.t.wg.Add(1)
+	go func() {
+		defer l.t.wg.Done()
+		defer close(broken)
+		var b [1]byte
+		c.Read(b[:])
+		c.Close()
+	}()
+	l.up.Store(true)
+	err := l.writeLoop(c, broken)
+	l.up.Store(false)
+	l.dropConn(c)
+	<-broken
+	if err != nil && !l.stopping() {
+		l.t.log.Debug("replication: bus link broke", "peer", l.id, "remote", c.RemoteAddr().String(), "err", err)
+	}
+}
+
+// writeLoop takes the whole queue at once and writes it as frames into a
+// buffered writer, flushing only when the queue is empty: messages Sent
+// while a write is in progress go out together in the next one.
+func (l *tcpLink) writeLoop(c net.Conn, broken <-chan struct{}) error {
+	fw := &frameWriter{w: bufio.NewWriterSize(c, linkBufSize), compressAbove: l.t.cfg.CompressAbove}
+	for {
+		l.mu.Lock()
+		batch := l.pending
+		if len(batch) == 0 {
+			l.mu.Unlock()
+			select {
+			case <-l.quit:
+				return nil
+			case <-broken:
+				return errors.New("replication: the peer closed the link")
+			case <-l.wake:
+			}
+			continue
+		}
+		// Swap buffers: Sends go on appending to the spare while this
+		// batch is written.
+		l.pending = l.spare[:0]
+		l.spare = nil
+		l.mu.Unlock()
+
+		c.SetWriteDeadline(time.Now().Add(l.t.cfg.WriteTimeout))
+		msgs, bytes, err := writeBatch(fw, batch)
+		l.t.stats.msgsSent.Add(int64(msgs))
+		l.t.stats.bytesSent.Add(int64(bytes))
+		if err != nil {
+			return err
+		}
+		l.mu.Lock()
+		more := len(l.pending) > 0
+		// Keep the batch's buffer for reuse unless a burst made it large.
+		if l.spare == nil && cap(batch) <= 1<<20 && !l.stopped {
+			l.spare = batch[:0]
+		}
+		l.mu.Unlock()
+		if !more {
+			if err := fw.w.Flush(); err != nil {
+				return err
+			}
+			l.t.stats.flushes.Add(1)
+		}
+	}
+}
+
+// writeBatch frames every record of batch. It returns how many messages
+// and wire bytes it wrote (buffered, not necessarily flushed).
+func writeBatch(fw *frameWriter, batch []byte) (msgs, bytes int, err error) {
+	for len(batch) >= queueRecordHeader {
+		typ := MsgType(batch[0])
+		n := int(binary.BigEndian.Uint32(batch[1:queueRecordHeader]))
+		payload := batch[queueRecordHeader : queueRecordHeader+n]
+		batch = batch[queueRecordHeader+n:]
+		w, err := fw.writeFrame(typ, payload)
+		if err != nil {
+			return msgs, bytes, err
+		}
+		msgs++
+		bytes += w
+	}
+	return msgs, bytes, nil
+}
+
+// logDialError logs a failed connect: the first failure and then at most
+// one line per peer per 10 s; refusals (wrong secret, wrong node) are
+// warnings, unreachable peers info.
+func (t *TCPTransport) logDialError(peer, addr string, err error, failures int) {
+	if t.ctx.Err() != nil {
+		return
+	}
+	if errors.Is(err, errRefused) || errors.Is(err, errHandshake) {
+		t.lim.warn(t.log, "dial:"+peer, "replication: bus link refused", "peer", peer, "remote", addr, "err", err, "attempt", failures)
+		return
+	}
+	if held, ok := t.lim.allow("dial:" + peer); ok || failures == 1 {
+		t.log.Info("replication: cannot reach peer on the bus", "peer", peer, "remote", addr, "err", err,
+			"attempt", failures, "similar_lines_suppressed", held)
+	}
+}
