@@ -1,0 +1,150 @@
+package replication
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// nodeMeta is what a node gossips about itself in memberlist's node
+// metadata (at most memberlist.MetaMaxSize bytes):
+//
+//	dq1 <id> <client ip:port> <bus ip:port> <flags>
+//
+// flags is "-" or a comma list of "leaving" and "reset" (the node is
+// resetting itself and is about to leave: peers forget it at once).
+type nodeMeta struct {
+	ID, ClientAddr, BusAddr string
+	Leaving, Reset          bool
+}
+
+const metaVersion = "dq1"
+
+func (m nodeMeta) encode() []byte {
+	var flags []string
+	if m.Leaving {
+		flags = append(flags, "leaving")
+	}
+	if m.Reset {
+		flags = append(flags, "reset")
+	}
+	f := "-"
+	if len(flags) > 0 {
+		f = strings.Join(flags, ",")
+	}
+	return []byte(strings.Join([]string{metaVersion, m.ID, m.ClientAddr, m.BusAddr, f}, " "))
+}
+
+func decodeMeta(b []byte) (nodeMeta, error) {
+	if len(b) > memberlist.MetaMaxSize {
+		return nodeMeta{}, errors.New("replication: node metadata is too long")
+	}
+	fields := strings.Split(string(b), " ")
+	if len(fields) != 5 || fields[0] != metaVersion {
+		return nodeMeta{}, fmt.Errorf("replication: node metadata %q is not ours", b)
+	}
+	m := nodeMeta{ID: fields[1], ClientAddr: fields[2], BusAddr: fields[3]}
+	if !validNodeID(m.ID) {
+		return nodeMeta{}, fmt.Errorf("replication: node metadata names a bad id %q", m.ID)
+	}
+	for _, a := range []string{m.ClientAddr, m.BusAddr} {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nodeMeta{}, fmt.Errorf("replication: node metadata has a bad address %q", a)
+		}
+	}
+	if fields[4] != "-" {
+		for _, f := range strings.Split(fields[4], ",") {
+			switch f {
+			case "leaving":
+				m.Leaving = true
+			case "reset":
+				m.Reset = true
+			default:
+				// A newer node's flag: ignore it rather than the node.
+			}
+		}
+	}
+	return m, nil
+}
+
+// validNodeID: 40 lower-case hex characters.
+func validNodeID(id string) bool {
+	if len(id) != 40 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// gossipKey derives memberlist's AES-256 gossip key from cluster-secret.
+// The domain string keeps the key apart from any other use of the secret
+// (the bus's HMAC).
+func gossipKey(secret string) []byte {
+	sum := sha256.Sum256([]byte("diskque cluster gossip key v1\x00" + secret))
+	return sum[:]
+}
+
+// gossipTimings are memberlist's settings for one cluster-node-timeout T.
+//
+// A node killed without leaving is suspected by the prober that misses its
+// ack (a probe every ProbeInterval; ProbeTimeout for the direct ack, then
+// indirect and TCP pings) and declared dead after the suspicion timeout,
+// SuspicionMult×ProbeInterval (= 5/8 T) when there are too few nodes to
+// confirm, and up to SuspicionMaxTimeoutMult times that (5/4 T), shortened
+// by confirmations from the other nodes' probes. So "fail" comes within
+// about ProbeInterval + ProbeTimeout + 5/4 T ≈ 1.45 T of the death: inside
+// CLUSTER.md's 2 T. diskque's own "fail?" flag (no ack to our pings, which
+// run every ProbeInterval, for suspectAfter = T/2) comes first.
+type gossipTimings struct {
+	ProbeInterval, ProbeTimeout, GossipInterval time.Duration
+	PushPullInterval, TCPTimeout, GossipToDead  time.Duration
+	SuspicionMult, SuspicionMaxTimeoutMult      int
+	SuspectAfter                                time.Duration
+}
+
+func timingsFor(t time.Duration) gossipTimings {
+	if t <= 0 {
+		t = DefaultNodeTimeout
+	}
+	probe := clampDuration(t/8, 50*time.Millisecond, 5*time.Second)
+	return gossipTimings{
+		ProbeInterval:           probe,
+		ProbeTimeout:            probe / 2,
+		GossipInterval:          clampDuration(probe/2, 20*time.Millisecond, 200*time.Millisecond),
+		PushPullInterval:        clampDuration(2*t, 2*time.Second, 30*time.Second),
+		TCPTimeout:              clampDuration(t, time.Second, 10*time.Second),
+		GossipToDead:            clampDuration(4*t, 10*time.Second, 60*time.Second),
+		SuspicionMult:           5,
+		SuspicionMaxTimeoutMult: 2,
+		SuspectAfter:            t / 2,
+	}
+}
+
+func clampDuration(d, lo, hi time.Duration) time.Duration {
+	return min(max(d, lo), hi)
+}
+
+// apply writes the timings into a memberlist config.
+func (g gossipTimings) apply(c *memberlist.Config) {
+	c.ProbeInterval = g.ProbeInterval
+	c.ProbeTimeout = g.ProbeTimeout
+	c.GossipInterval = g.GossipInterval
+	c.PushPullInterval = g.PushPullInterval
+	c.TCPTimeout = g.TCPTimeout
+	c.GossipToTheDeadTime = g.GossipToDead
+	c.SuspicionMult = g.SuspicionMult
+	c.SuspicionMaxTimeoutMult = g.SuspicionMaxTimeoutMult
+	// Under local load memberlist stretches its probe timeouts by up to
+	// this factor (Lifeguard); more would push "fail" past 2 T.
+	c.AwarenessMaxMultiplier = 2
+}
