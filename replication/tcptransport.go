@@ -57,7 +57,7 @@ const DefaultMaxFrame = 65 << 20
 func (c *TCPConfig) withDefaults() (TCPConfig, error) {
 	o := *c
 	switch {
-	case !validNodeID(o.ID):
+	case !validBusPeerID(o.ID):
 		return o, fmt.Errorf("replication: TCPConfig.ID %q is not a node id", o.ID)
 	case o.Mux == nil:
 		return o, errors.New("replication: TCPConfig.Mux is required")

@@ -51,9 +51,10 @@ var (
 	errRefused   = errors.New("replication: bus handshake refused")
 )
 
-// validNodeID says whether id may name a node on the bus: 1 to 64 printable
-// ASCII characters, no spaces.
-func validNodeID(id string) bool {
+// validBusPeerID says whether id may name a node on the bus: 1 to 64
+// printable ASCII characters, no spaces. (validNodeID on branch ctransport:
+// renamed where it met membership's stricter validNodeID, 40 hex.)
+func validBusPeerID(id string) bool {
 	if id == "" || len(id) > maxNodeIDLen {
 		return false
 	}
@@ -135,7 +136,7 @@ func readNodeID(r io.Reader) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", errHandshake, err)
 	}
-	if !validNodeID(id) {
+	if !validBusPeerID(id) {
 		return "", fmt.Errorf("%w: invalid node id %q", errHandshake, id)
 	}
 	return id, nil
