@@ -91,6 +91,13 @@ func run(cfg config) error {
 	if err != nil {
 		return err
 	}
+	// The bus port too, before the store opens: a port that cannot be
+	// bound fails the start at once, naming the directive.
+	bus, err := listenBus(cfg, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	// SHUTDOWN takes the same path as SIGTERM.
 	shutdown := make(chan struct{}, 1)
 	live := &liveConfig{cfg: cfg, level: level, log: log, appendOnly: cfg.AppendOnly}
@@ -161,9 +168,18 @@ func run(cfg config) error {
 	live.attach(n)               // a CONFIG SET appendfsync while we got here counts
 	if err := n.open(); err != nil {
 		srv.Close()
+		bus.close()
 		return err
 	}
 	go n.run()
+	if err := bus.start(cfg, n.nodeID(), dataDir, ln.Addr().(*net.TCPAddr).Port); err != nil {
+		srv.Close()
+		bus.close()
+		n.close()
+		return err
+	}
+	srv.SetCluster(bus.membership, bus.transport)
+	live.attachCluster(bus.membership)
 	log.Info("ready to accept commands")
 
 	var serveErr error
@@ -187,6 +203,11 @@ func run(cfg config) error {
 	// Stop accepting and close connections (commands in flight finish and
 	// their replies are durable), then stop the timers, then checkpoint.
 	srv.Close()
+	// Then the cluster bus: nothing it delivers may reach a closed store.
+	setStage("closing the cluster bus")
+	if err := bus.close(); err != nil {
+		log.Warn("closing the cluster bus", "err", err)
+	}
 	// A running collection finishes (what it moved is safe), the timers
 	// stop, the store checkpoints.
 	setStage("closing the store (its checkpoint)")
