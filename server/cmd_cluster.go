@@ -177,16 +177,18 @@ func (s *Server) nodeAddr(c *call, n replication.NodeInfo) (string, string) {
 	return host, port
 }
 
-// connected: a node CLUSTER NODES calls connected. Without a bus, a node
-// gossip has not given up on.
+// connected: a node CLUSTER NODES calls connected, and HELLO does not give
+// priority 5 (no link). Its link is the bus link, or gossip's: the bus
+// dials a peer only when there is a message for it, so an idle peer that
+// gossip hears from (it answers on the same bus port) is linked too.
 func (r *clusterRef) connected(n replication.NodeInfo) bool {
 	switch {
 	case n.Myself:
 		return true
-	case r.bus != nil:
-		return r.bus.Connected(n.ID)
+	case r.bus != nil && r.bus.Connected(n.ID):
+		return true
 	}
-	return !n.Failed && !n.Suspect
+	return !n.Failed && !n.Suspect && n.PongRecvMs > 0
 }
 
 // helloPriority is HELLO's priority of n (Disque's helloCommand): 1
