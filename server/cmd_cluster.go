@@ -8,7 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 
 	"github.com/diskque/diskque/replication"
 )
@@ -112,12 +112,7 @@ var errNoClusterBus = errors.New("this node has no cluster bus")
 // loneNode is the Cluster of a server without one: itself only.
 type loneNode struct {
 	id      string
-	leaving *leavingFlag
-}
-
-type leavingFlag struct {
-	mu sync.Mutex
-	on bool
+	leaving *atomic.Bool
 }
 
 func (l *loneNode) Meet(string, int) error { return errNoClusterBus }
@@ -129,17 +124,8 @@ func (l *loneNode) Forget(id string) error            { return fmt.Errorf("unkno
 func (l *loneNode) Reset(string) error                { return nil }
 func (l *loneNode) SaveConfig() error                 { return nil }
 func (l *loneNode) Stats() (int64, int64)             { return 0, 0 }
-func (l *loneNode) SetLeaving(on bool) error {
-	l.leaving.mu.Lock()
-	l.leaving.on = on
-	l.leaving.mu.Unlock()
-	return nil
-}
-func (l *loneNode) Leaving() bool {
-	l.leaving.mu.Lock()
-	defer l.leaving.mu.Unlock()
-	return l.leaving.on
-}
+func (l *loneNode) SetLeaving(on bool) error { l.leaving.Store(on); return nil }
+func (l *loneNode) Leaving() bool            { return l.leaving.Load() }
 
 // self is this node's entry of nodes (zero if missing).
 func self(nodes []replication.NodeInfo) replication.NodeInfo {

@@ -3,9 +3,12 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/diskque/diskque/replication"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -129,5 +132,85 @@ func TestInfoClusterSection(t *testing.T) {
 	}
 	if strings.Contains(got, "# CPU") {
 		t.Errorf("INFO cluster has other sections:\n%s", got)
+	}
+}
+
+// memberOn runs a real Membership on a bus port of 127.0.0.1:0, with the
+// given client address, closed at cleanup.
+func memberOn(t *testing.T, id, clientAddr string) (*replication.Membership, *replication.PortMux) {
+	t.Helper()
+	mux, err := replication.ListenMux("127.0.0.1:0", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := replication.NewMembership(replication.MembershipConfig{
+		ID: id, Dir: t.TempDir(), ClientAddr: clientAddr, Mux: mux, NodeTimeout: time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		mux.Close()
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- mux.Serve() }()
+	t.Cleanup(func() {
+		m.Close()
+		mux.Close()
+		<-served
+	})
+	return m, mux
+}
+
+// TestClusterCommandsOnMembership: the cluster commands over the real
+// Membership: MEET (with a bus port), NODES, INFO, HELLO, LEAVING, FORGET
+// and RESET HARD (a new id) between a server's node and a second node.
+func TestClusterCommandsOnMembership(t *testing.T) {
+	s, addr := startServer(t)
+	b := newBroker(t)
+	s.SetBroker(b)
+	me := b.NodeID()
+	m, _ := memberOn(t, me, addr)
+	other := strings.Repeat("ab", 20)
+	_, otherMux := memberOn(t, other, "127.0.0.1:7799")
+	s.SetCluster(m, nil)
+	c := newClientOn(t, addr)
+
+	busPort := fmt.Sprint(otherMux.Addr().Port)
+	if v, e := clusterDo(t, c, "CLUSTER", "MEET", "127.0.0.1", "7799", busPort); v != "OK" {
+		t.Fatalf("CLUSTER MEET = %v %s", v, e)
+	}
+	eventually(t, "the other node reachable", func() bool {
+		v, _ := clusterDo(t, c, "CLUSTER", "INFO")
+		return strings.Contains(fmt.Sprint(v), "cluster_reachable_nodes:1\r\n")
+	})
+	nodes, _ := clusterDo(t, c, "CLUSTER", "NODES")
+	if !strings.Contains(fmt.Sprint(nodes), other+" 127.0.0.1:7799 noflags ") || !strings.Contains(fmt.Sprint(nodes), me+" ") {
+		t.Errorf("CLUSTER NODES = %q", nodes)
+	}
+	eventually(t, "HELLO to give the other node priority 1", func() bool {
+		v, _ := clusterDo(t, c, "HELLO")
+		return strings.Contains(fmt.Sprint(v), "["+other+" 127.0.0.1 7799 1]")
+	})
+	if v, _ := clusterDo(t, c, "INFO", "cluster"); !strings.Contains(fmt.Sprint(v), "cluster_enabled:1\r\n") {
+		t.Errorf("INFO cluster = %q", v)
+	}
+
+	clusterDo(t, c, "CLUSTER", "LEAVING", "yes")
+	if !m.Leaving() {
+		t.Errorf("CLUSTER LEAVING yes did not reach membership")
+	}
+	clusterDo(t, c, "CLUSTER", "LEAVING", "no")
+
+	if v, e := clusterDo(t, c, "CLUSTER", "FORGET", other); v != "OK" {
+		t.Fatalf("CLUSTER FORGET = %v %s", v, e)
+	}
+	if v, _ := clusterDo(t, c, "CLUSTER", "NODES"); strings.Contains(fmt.Sprint(v), other) {
+		t.Errorf("CLUSTER NODES after FORGET = %q", v)
+	}
+	if v, e := clusterDo(t, c, "CLUSTER", "RESET", "HARD"); v != "OK" {
+		t.Fatalf("CLUSTER RESET HARD = %v %s", v, e)
+	}
+	if v, _ := clusterDo(t, c, "CLUSTER", "MYID"); v == me || len(fmt.Sprint(v)) != 40 {
+		t.Errorf("CLUSTER MYID after RESET HARD = %v, want a new id (was %s)", v, me)
 	}
 }

@@ -17,8 +17,10 @@
 // HELLO ask them, with Disque's replies and error strings (cluster.c).
 // Until SetCluster a server is a node alone: CLUSTER NODES and HELLO list
 // itself, CLUSTER INFO counts no reachable node, CLUSTER MEET is refused,
-// CLUSTER RESET flushes the jobs. HELLO priorities: 1 reachable, 5 no bus
-// link, 10 suspected, 100 failed or leaving. CLUSTER RESET HARD takes a new
+// CLUSTER RESET flushes the jobs. HELLO priorities: 1 reachable, 5 no
+// link, 10 suspected, 100 failed or leaving; a peer's link (also CLUSTER
+// NODES' connected) is its bus link or, since the bus dials only when it
+// has a message, gossip hearing from it. CLUSTER RESET HARD takes a new
 // id in membership, and in the store too once the Cluster implements
 // NodeIDResetter. CLUSTER MEET's Cluster call is a network join, made from
 // the command's goroutine with no lock held.

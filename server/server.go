@@ -100,7 +100,7 @@ type Server struct {
 	// cluster is membership and the bus (cmd_cluster.go); nil: a lone node,
 	// whose CLUSTER LEAVING state is loneLeaving.
 	cluster     atomic.Pointer[clusterRef]
-	loneLeaving leavingFlag
+	loneLeaving atomic.Bool
 	start       time.Time
 
 	mu       sync.Mutex

@@ -135,6 +135,11 @@ func TestClusterProcessesMeetFailAndRejoin(t *testing.T) {
 	}
 
 	// SIGKILL node 2: the others flag it fail within about 2× the timeout.
+	// (SAVECONFIG first: the nodes file is written within 250 ms of a
+	// change, and this test does not race that.)
+	if got := doStr(t, clients[2], "CLUSTER", "SAVECONFIG"); got != "OK" {
+		t.Fatalf("CLUSTER SAVECONFIG = %q", got)
+	}
 	nodes[2].Kill()
 	killed := time.Now()
 	failed := waitUntil(t, 30*time.Second, "nodes 0 and 1 to flag node 2 fail", func() bool {

@@ -172,7 +172,14 @@ func run(cfg config) error {
 		return err
 	}
 	go n.run()
-	if err := bus.start(cfg, n.nodeID(), dataDir, ln.Addr().(*net.TCPAddr).Port); err != nil {
+	// The nodes file is kept beside the store: a node in memory only
+	// (appendonly no) has a new id at every start and keeps nothing on
+	// disk, so after a restart it is MEETed again, like its jobs are gone.
+	nodesDir := dataDir
+	if !cfg.AppendOnly {
+		nodesDir = ""
+	}
+	if err := bus.start(cfg, n.nodeID(), nodesDir, ln.Addr().(*net.TCPAddr).Port); err != nil {
 		srv.Close()
 		bus.close()
 		n.close()
