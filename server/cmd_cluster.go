@@ -124,8 +124,8 @@ func (l *loneNode) Forget(id string) error            { return fmt.Errorf("unkno
 func (l *loneNode) Reset(string) error                { return nil }
 func (l *loneNode) SaveConfig() error                 { return nil }
 func (l *loneNode) Stats() (int64, int64)             { return 0, 0 }
-func (l *loneNode) SetLeaving(on bool) error { l.leaving.Store(on); return nil }
-func (l *loneNode) Leaving() bool            { return l.leaving.Load() }
+func (l *loneNode) SetLeaving(on bool) error          { l.leaving.Store(on); return nil }
+func (l *loneNode) Leaving() bool                     { return l.leaving.Load() }
 
 // self is this node's entry of nodes (zero if missing).
 func self(nodes []replication.NodeInfo) replication.NodeInfo {
