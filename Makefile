@@ -5,7 +5,7 @@ BIN      := bin
 # -p 2 matches the 2-core machines we build on; -race needs cgo.
 TESTFLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: all build run test bench gobench lint fmt fuzz clean
+.PHONY: all build run cluster test bench gobench lint fmt fuzz clean
 
 all: build
 
@@ -15,6 +15,10 @@ build:
 # run starts the server on the embedded defaults: data in ./data, 127.0.0.1:7711.
 run: build
 	$(BIN)/diskque-server --dir ./data --bind 127.0.0.1 --port 7711
+
+# cluster starts 3 local nodes (127.0.0.1:7711-7713, data in ./data/cluster/N) and MEETs them.
+cluster: build
+	bench/scripts/cluster.sh $(BIN)/diskque-server
 
 test: lint
 	$(GO) test $(TESTFLAGS) $(PKGS)

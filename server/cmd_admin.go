@@ -23,10 +23,8 @@ func init() {
 	register(
 		&command{name: "ping", arity: -1, whileLoading: true, run: cmdPing},
 		&command{name: "quit", arity: 1, whileLoading: true, run: cmdQuit},
-		&command{name: "hello", arity: -1, whileLoading: true, run: cmdHello},
 		&command{name: "info", arity: -1, whileLoading: true, run: cmdInfo},
 		&command{name: "time", arity: 1, whileLoading: true, run: cmdTime},
-		&command{name: "cluster", arity: -2, run: cmdCluster},
 		&command{name: "debug", arity: -2, run: cmdDebug},
 		&command{name: "command", arity: -1, whileLoading: true, run: cmdCommand},
 		&command{name: "shutdown", arity: -1, whileLoading: true, run: cmdShutdown},
@@ -83,46 +81,6 @@ func cmdTime(s *Server, c *call) {
 	c.conn.WriteArray(2)
 	c.conn.WriteBulkString(strconv.FormatInt(now.Unix(), 10))
 	c.conn.WriteBulkString(strconv.FormatInt(int64(now.Nanosecond()/1000), 10))
-}
-
-// cmdHello: HELLO → [1, my-id, [id, ip, port, priority]…]. Any argument
-// (go-redis sends HELLO 3 to try RESP3) is an error, so RESP3 clients fall
-// back to RESP2.
-func cmdHello(s *Server, c *call) {
-	if len(c.args) > 1 {
-		c.conn.WriteError("ERR unsupported HELLO version or arguments: diskque speaks RESP2 (Disque's HELLO takes none)")
-		return
-	}
-	if c.broker == nil {
-		c.conn.WriteError(errLoading)
-		return
-	}
-	host, port := s.advertised(c)
-	c.conn.WriteArray(3)
-	c.conn.WriteInt(1)
-	c.conn.WriteBulkString(c.broker.NodeID())
-	c.conn.WriteArray(4)
-	c.conn.WriteBulkString(c.broker.NodeID())
-	c.conn.WriteBulkString(host)
-	c.conn.WriteBulkString(port)
-	c.conn.WriteBulkString("1")
-}
-
-// cmdCluster: the lone node's view. Joining a cluster comes with
-// replication.
-func cmdCluster(s *Server, c *call) {
-	id := c.broker.NodeID()
-	host, port := s.advertised(c)
-	switch strings.ToLower(string(c.args[1])) {
-	case "myid":
-		c.conn.WriteBulkString(id)
-	case "nodes":
-		c.conn.WriteBulkString(fmt.Sprintf("%s %s:%s myself 0 0 connected\n", id, host, port))
-	case "info":
-		c.conn.WriteBulkString("cluster_state:ok\r\ncluster_known_nodes:1\r\ncluster_reachable_nodes:1\r\n")
-	default:
-		c.conn.WriteError(fmt.Sprintf("ERR unknown or not yet supported CLUSTER subcommand '%s'", truncate(string(c.args[1]), 64)))
-	}
 }
 
 func cmdDebug(s *Server, c *call) {
@@ -392,6 +350,7 @@ func cmdInfo(s *Server, c *call) {
 	if c.broker != nil {
 		add("Storage", append(storageInfo(c.broker.Store()), s.collectorInfo()...)...)
 	}
+	add("Cluster", s.clusterInfo(c)...)
 	var ru, children syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)

@@ -7,9 +7,23 @@
 //
 // Commands are dispatched through one table (mux.go), one handler per
 // command, files by family: cmd_job.go (ADDJOB, GETJOB, ACKJOB, …),
-// cmd_queue.go (QLEN, QPEEK, PAUSE), cmd_admin.go (PING, INFO, HELLO,
-// CLUSTER, DEBUG, …). Errors from the broker become RESP errors in one
-// place, errors.go.
+// cmd_queue.go (QLEN, QPEEK, PAUSE), cmd_admin.go (PING, INFO, DEBUG, …),
+// cmd_cluster.go (CLUSTER, HELLO, INFO's Cluster section). Errors from the
+// broker become RESP errors in one place, errors.go.
+//
+// Cluster (cmd_cluster.go): the server keeps no cluster state. The daemon
+// gives it membership (a Cluster: *replication.Membership) and the job
+// transport (a Bus: replication.Transport) with SetCluster; CLUSTER and
+// HELLO ask them, with Disque's replies and error strings (cluster.c).
+// Until SetCluster a server is a node alone: CLUSTER NODES and HELLO list
+// itself, CLUSTER INFO counts no reachable node, CLUSTER MEET is refused,
+// CLUSTER RESET flushes the jobs. HELLO priorities: 1 reachable, 5 no
+// link, 10 suspected, 100 failed or leaving; a peer's link (also CLUSTER
+// NODES' connected) is its bus link or, since the bus dials only when it
+// has a message, gossip hearing from it. CLUSTER RESET HARD takes a new
+// id in membership, and in the store too once the Cluster implements
+// NodeIDResetter. CLUSTER MEET's Cluster call is a network join, made from
+// the command's goroutine with no lock held.
 //
 // A pipeline of ADDJOBs read together is committed as one store batch:
 // one AOF write and one index batch serve them all, and their replies go

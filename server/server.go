@@ -97,7 +97,11 @@ type Server struct {
 	// collector runs segment collections (BGREWRITEAOF, INFO); nil until
 	// SetCollector.
 	collector atomic.Pointer[gc.Collector]
-	start     time.Time
+	// cluster is membership and the bus (cmd_cluster.go); nil: a lone node,
+	// whose CLUSTER LEAVING state is loneLeaving.
+	cluster     atomic.Pointer[clusterRef]
+	loneLeaving atomic.Bool
+	start       time.Time
 
 	mu       sync.Mutex
 	rs       *redcon.Server

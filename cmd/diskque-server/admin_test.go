@@ -194,9 +194,9 @@ func TestAdminCommands(t *testing.T) {
 			t.Errorf("INFO line %q is not key:value", line)
 		}
 	}
-	// Disque's sections in Disque's order, with diskque's own Storage
-	// before CPU, which stays last (see the disqueue-node check below).
-	wantSections := []string{"Server", "Clients", "Memory", "Jobs", "Queues", "Persistence", "Stats", "Storage", "CPU"}
+	// Disque's sections in Disque's order, with diskque's own Storage and
+	// Cluster before CPU, which stays last (see the disqueue-node check below).
+	wantSections := []string{"Server", "Clients", "Memory", "Jobs", "Queues", "Persistence", "Stats", "Storage", "Cluster", "CPU"}
 	if !slices.Equal(sections, wantSections) {
 		t.Errorf("INFO sections = %v, want %v", sections, wantSections)
 	}

@@ -51,6 +51,15 @@ type config struct {
 	// RebuildIndex (--rebuild-index, not a directive): set the index aside
 	// and rebuild it from the AOF at this start.
 	RebuildIndex bool
+	// ClusterNodeTimeout is cluster-node-timeout in ms: it drives failure
+	// detection (a killed node is "fail" within about twice it).
+	ClusterNodeTimeout int64
+	// ClusterBusPort is cluster-bus-port as set, or -1 when it was not:
+	// then the bus listens on port + 10000 (busPort).
+	ClusterBusPort int
+	// ClusterSecret authenticates the bus and keys gossip encryption ("":
+	// an open bus).
+	ClusterSecret string
 }
 
 func defaultConfig() config {
@@ -70,6 +79,9 @@ func defaultConfig() config {
 
 		GCInterval:     10,
 		GCMinLiveRatio: 0.5,
+
+		ClusterNodeTimeout: defaultClusterNodeTimeout,
+		ClusterBusPort:     -1,
 	}
 }
 
@@ -116,11 +128,24 @@ Directives (in the config file as "directive value", or as --directive value):
                                 0 = only on BGREWRITEAOF)
   gc-min-live-ratio R           rewrite segments whose live job bodies are
                                 less than R of their bytes (default 0.5)
+  cluster-node-timeout MS       failure detection: a node that stops answering is
+                                flagged fail within about twice this (default
+                                15000, Disque's)
+  cluster-bus-port N            the cluster bus port, for gossip and job traffic
+                                (default port + 10000, as Disque; 0, or port 0,
+                                picks a free one); it listens where bind says
+  cluster-secret SECRET         authenticate the cluster bus and encrypt gossip
+                                with a key derived from SECRET; every node
+                                needs the same (default none: an open bus).
+                                CONFIG GET shows it as "(redacted)"
   include PATH                  (config file only) read another config file
 
+A relative dir is relative to the working directory, and the server chdirs
+into dir at start (as Disque does): a relative logfile or pidfile lands in it.
+
 At run time CONFIG GET reads these, CONFIG SET changes loglevel, requirepass,
-maxclients, max-job-size, min-free-disk, maxmemory, appendfsync and the slowlog
-ones at once, and appendonly for the next start (INFO persistence shows
+maxclients, max-job-size, min-free-disk, maxmemory, appendfsync,
+cluster-node-timeout and the slowlog ones at once, and appendonly for the next start (INFO persistence shows
 aof_enabled_after_restart); the rest need a restart. CONFIG REWRITE saves them
 into the config file given at start.
 `
@@ -129,8 +154,14 @@ into the config file given at start.
 func parseArgs(args []string) (config, error) {
 	cfg := defaultConfig()
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cfg.ConfigFile = args[0]
-		if err := cfg.loadFile(args[0], 0); err != nil {
+		// Absolute: the daemon chdirs into dir before CONFIG REWRITE
+		// writes the file back.
+		file, err := filepath.Abs(args[0])
+		if err != nil {
+			return cfg, fmt.Errorf("config: %w", err)
+		}
+		cfg.ConfigFile = file
+		if err := cfg.loadFile(file, 0); err != nil {
 			return cfg, err
 		}
 		args = args[1:]
@@ -168,6 +199,10 @@ func parseArgs(args []string) (config, error) {
 	}
 	if cfg.Pprof && cfg.MetricsAddr == "" {
 		return cfg, fmt.Errorf("pprof yes needs metrics-addr: the profiler is served there")
+	}
+	if cfg.ClusterBusPort < 0 && cfg.Port+busPortOffset > 65535 {
+		return cfg, fmt.Errorf("port %d: the default cluster-bus-port, port + %d, is above 65535; set cluster-bus-port",
+			cfg.Port, busPortOffset)
 	}
 	return cfg, nil
 }
@@ -325,6 +360,24 @@ func (c *config) set(name string, vals []string) error {
 			return fmt.Errorf("slowlog-max-len: want a number of entries from 0 to 1048576, got %q", v)
 		}
 		c.SlowlogMaxLen = n
+	case "cluster-node-timeout":
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < minClusterNodeTimeout || n > maxClusterNodeTimeout {
+			return fmt.Errorf("cluster-node-timeout: want a number of milliseconds from %d to %d, got %q",
+				minClusterNodeTimeout, maxClusterNodeTimeout, v)
+		}
+		c.ClusterNodeTimeout = n
+	case "cluster-bus-port":
+		p, err := strconv.Atoi(v)
+		if err != nil || p < 0 || p > 65535 {
+			return fmt.Errorf("cluster-bus-port: %q is not a port number (0 picks a free one)", v)
+		}
+		c.ClusterBusPort = p
+	case "cluster-secret":
+		if v == `""` {
+			v = ""
+		}
+		c.ClusterSecret = v
 	default:
 		return fmt.Errorf("unknown or not yet supported directive %q", name)
 	}
@@ -338,6 +391,7 @@ var directives = []string{
 	"requirepass", "maxclients", "max-job-size", "min-free-disk", "maxmemory",
 	"slowlog-log-slower-than", "slowlog-max-len",
 	"metrics-addr", "pprof", "aof-segment-size", "gc-interval", "gc-min-live-ratio",
+	"cluster-node-timeout", "cluster-bus-port", "cluster-secret",
 }
 
 // parseYesNo reads the yes|no value v of directive name.
@@ -408,9 +462,39 @@ func (c *config) value(name string) string {
 		return strconv.Itoa(c.GCInterval)
 	case "gc-min-live-ratio":
 		return strconv.FormatFloat(c.GCMinLiveRatio, 'g', -1, 64)
+	case "cluster-node-timeout":
+		return strconv.FormatInt(c.ClusterNodeTimeout, 10)
+	case "cluster-bus-port":
+		return strconv.Itoa(c.busPort())
+	case "cluster-secret":
+		return c.ClusterSecret
 	}
 	return ""
 }
+
+// busPort is the bus port to listen on: cluster-bus-port, or port + 10000
+// as in Disque; 0 (also when port is 0, so that servers started on port 0
+// never collide on 10000) picks a free one.
+func (c *config) busPort() int {
+	switch {
+	case c.ClusterBusPort >= 0:
+		return c.ClusterBusPort
+	case c.Port == 0:
+		return 0
+	}
+	return c.Port + busPortOffset
+}
+
+// busPortOffset is Disque's distance from the client port to the bus port.
+const busPortOffset = 10000
+
+// The cluster-node-timeout default (Disque's) and bounds: under 100 ms
+// gossip could not probe every node in time on a loaded machine.
+const (
+	defaultClusterNodeTimeout = 15000
+	minClusterNodeTimeout     = 100
+	maxClusterNodeTimeout     = 24 * 3600 * 1000
+)
 
 // segmentSize is the AOF segment size in effect: the directive's, or 64 MiB
 // on disk and 4 MiB in memory. In memory a segment is one byte slice that

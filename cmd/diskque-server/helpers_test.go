@@ -111,6 +111,11 @@ type daemon struct {
 	logs  []*syncBuffer // output of every process run on dir
 	addr  string        // 127.0.0.1:port of the running process
 	port  int
+	// fixedPort, when set, is the port the config file (pre) names: Start
+	// passes no --port, --bind or --dir of its own, and runs the process in
+	// cwd (Disque's test suite: "disque-server disque_N/disque.conf").
+	fixedPort int
+	cwd       string
 }
 
 // process is one run of the binary.
@@ -181,11 +186,19 @@ func (s *daemon) Start() {
 		t.Fatal("server already running")
 	}
 	for attempt := 1; ; attempt++ {
-		port := freePort(t)
+		port := s.fixedPort
 		args := slices.Clone(s.pre)
-		args = append(args, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", s.dir)
+		if port == 0 {
+			port = freePort(t)
+			args = append(args, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", s.dir)
+			// A free bus port, not port + 10000 (which may be taken, or
+			// above 65535); a test's own --cluster-bus-port comes later and
+			// wins.
+			args = append(args, "--cluster-bus-port", "0")
+		}
 		args = append(args, s.flags...)
 		cmd := exec.Command(serverBin, args...)
+		cmd.Dir = s.cwd
 		out := &syncBuffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
@@ -205,7 +218,7 @@ func (s *daemon) Start() {
 		}
 		select {
 		case <-p.exited:
-			if strings.Contains(out.String(), "address already in use") && attempt < 5 {
+			if strings.Contains(out.String(), "address already in use") && attempt < 5 && s.fixedPort == 0 {
 				t.Logf("port %d taken, retrying", port)
 				continue
 			}

@@ -35,6 +35,8 @@ type liveConfig struct {
 	// node is the store's owner, once there is one (attach); until then
 	// appendfsync is only recorded, and attach hands it over.
 	node *node
+	// cluster is membership, once it runs (attachCluster).
+	cluster nodeTimeouter
 }
 
 var _ server.Config = (*liveConfig)(nil)
@@ -44,8 +46,12 @@ var runtimeDirectives = map[string]bool{
 	"loglevel": true, "requirepass": true, "maxclients": true, "max-job-size": true,
 	"min-free-disk": true, "maxmemory": true,
 	"slowlog-log-slower-than": true, "slowlog-max-len": true,
-	"appendfsync": true, "appendonly": true,
+	"appendfsync": true, "appendonly": true, "cluster-node-timeout": true,
 }
+
+// redacted is what CONFIG GET shows of a cluster-secret that is set: a
+// secret is not for clients to read (CONFIG REWRITE still writes it).
+const redacted = "(redacted)"
 
 func (l *liveConfig) Get(glob string) []string {
 	l.mu.Lock()
@@ -53,7 +59,11 @@ func (l *liveConfig) Get(glob string) []string {
 	var out []string
 	for _, name := range directives {
 		if ok, _ := path.Match(strings.ToLower(glob), name); ok {
-			out = append(out, name, l.cfg.value(name))
+			v := l.cfg.value(name)
+			if name == "cluster-secret" && v != "" {
+				v = redacted
+			}
+			out = append(out, name, v)
 		}
 	}
 	return out
@@ -84,8 +94,27 @@ func (l *liveConfig) Set(name, value string) error {
 		l.log.Info("appendfsync applies now", "appendfsync", next.AppendFsync.String(), "was", prev.AppendFsync.String())
 	case "appendonly":
 		l.logAppendOnly(prev.AppendOnly)
+	case "cluster-node-timeout":
+		if l.cluster != nil {
+			l.cluster.SetNodeTimeout(time.Duration(next.ClusterNodeTimeout) * time.Millisecond)
+		}
 	}
 	return nil
+}
+
+// nodeTimeouter is what CONFIG SET cluster-node-timeout needs of
+// membership (*replication.Membership).
+type nodeTimeouter interface {
+	SetNodeTimeout(time.Duration)
+}
+
+// attachCluster makes m the membership CONFIG SET cluster-node-timeout
+// applies to, first handing it a value set before it existed.
+func (l *liveConfig) attachCluster(m nodeTimeouter) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cluster = m
+	m.SetNodeTimeout(time.Duration(l.cfg.ClusterNodeTimeout) * time.Millisecond)
 }
 
 // attach makes n the store CONFIG SET appendfsync switches, first handing
@@ -185,6 +214,11 @@ func rewriteConfig(old []byte, cfg *config) []byte {
 	appended := false
 	for _, name := range directives {
 		if seen[name] || cfg.value(name) == def.value(name) {
+			continue
+		}
+		if name == "cluster-bus-port" && cfg.ClusterBusPort < 0 {
+			// port + 10000, not a setting: written out, it would outlive a
+			// later change of port.
 			continue
 		}
 		if name == "aof-segment-size" && cfg.AOFSegmentSize == 0 {

@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"sync/atomic"
@@ -58,6 +59,10 @@ func main() {
 }
 
 func run(cfg config) error {
+	dataDir, err := enterDir(cfg)
+	if err != nil {
+		return err
+	}
 	logOut := io.Writer(os.Stderr)
 	if cfg.LogFile != "" {
 		f, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -84,6 +89,13 @@ func run(cfg config) error {
 	addr := net.JoinHostPort(cfg.Bind, strconv.Itoa(cfg.Port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
+		return err
+	}
+	// The bus port too, before the store opens: a port that cannot be
+	// bound fails the start at once, naming the directive.
+	bus, err := listenBus(cfg, log)
+	if err != nil {
+		ln.Close()
 		return err
 	}
 	// SHUTDOWN takes the same path as SIGTERM.
@@ -142,7 +154,7 @@ func run(cfg config) error {
 	sopts.Sync = cfg.AppendFsync
 	sopts.SegmentSize = cfg.segmentSize()
 	sopts.Logger = log
-	dir := cfg.Dir
+	dir := dataDir
 	if !cfg.AppendOnly {
 		sopts.FS = vfs.NewMem()
 		dir = "mem"
@@ -156,9 +168,25 @@ func run(cfg config) error {
 	live.attach(n)               // a CONFIG SET appendfsync while we got here counts
 	if err := n.open(); err != nil {
 		srv.Close()
+		bus.close()
 		return err
 	}
 	go n.run()
+	// The nodes file is kept beside the store: a node in memory only
+	// (appendonly no) has a new id at every start and keeps nothing on
+	// disk, so after a restart it is MEETed again, like its jobs are gone.
+	nodesDir := dataDir
+	if !cfg.AppendOnly {
+		nodesDir = ""
+	}
+	if err := bus.start(cfg, n.nodeID(), nodesDir, ln.Addr().(*net.TCPAddr).Port); err != nil {
+		srv.Close()
+		bus.close()
+		n.close()
+		return err
+	}
+	srv.SetCluster(bus.membership, bus.transport)
+	live.attachCluster(bus.membership)
 	log.Info("ready to accept commands")
 
 	var serveErr error
@@ -182,6 +210,11 @@ func run(cfg config) error {
 	// Stop accepting and close connections (commands in flight finish and
 	// their replies are durable), then stop the timers, then checkpoint.
 	srv.Close()
+	// Then the cluster bus: nothing it delivers may reach a closed store.
+	setStage("closing the cluster bus")
+	if err := bus.close(); err != nil {
+		log.Warn("closing the cluster bus", "err", err)
+	}
 	// A running collection finishes (what it moved is safe), the timers
 	// stop, the store checkpoints.
 	setStage("closing the store (its checkpoint)")
@@ -190,6 +223,27 @@ func run(cfg config) error {
 	}
 	log.Info("bye")
 	return serveErr
+}
+
+// enterDir makes the data directory (dir, relative to the working
+// directory) and chdirs into it, as Disque does: Disque's test suite starts
+// "disque-server disque_N/disque.conf" with "dir ./disque_N" and
+// "logfile log.txt", and expects the log in disque_N. So a relative
+// logfile or pidfile lands in dir. It returns dir's absolute path, where
+// the store is opened. With appendonly no the directory is still entered
+// (and made), but no job is written there.
+func enterDir(cfg config) (string, error) {
+	abs, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return "", fmt.Errorf("dir %q: %w", cfg.Dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return "", fmt.Errorf("dir: %w", err)
+	}
+	if err := os.Chdir(abs); err != nil {
+		return "", fmt.Errorf("dir: cannot chdir to %q: %w", abs, err)
+	}
+	return abs, nil
 }
 
 // metricsExposedWarning is logged at start when metrics-addr is not a

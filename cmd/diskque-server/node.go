@@ -135,6 +135,16 @@ func (n *node) open() error {
 	return nil
 }
 
+// nodeID is the store's node id (the data directory's); "" before open.
+func (n *node) nodeID() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.st == nil {
+		return ""
+	}
+	return n.st.NodeID()
+}
+
 // setSync switches the fsync policy (CONFIG SET appendfsync) of the open
 // store at once, and of every store opened later (a reopen after a disk
 // failure). A failed fsync of the switch fails the store, which the node

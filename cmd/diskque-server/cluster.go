@@ -1,0 +1,127 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/diskque/diskque/replication"
+)
+
+// clusterBus is the node's cluster side: the bus port (one PortMux), the job
+// transport and membership on it (shared/CLUSTER.md). It outlives the
+// store's reopens after a disk failure: the node id, which membership
+// gossips, is the data directory's and does not change with them.
+//
+// Start-up: listenBus binds the bus port early, so that a port that cannot
+// be bound fails the start before the store opens, with a message naming
+// the port and the directive; start, once the store has given the node id,
+// runs the transport and membership on it and serves the port. Shutdown
+// (close): membership first (gossip stops), then the transport (links
+// close), then the port, all before the store closes, so that nothing the
+// bus delivers reaches a closed store.
+type clusterBus struct {
+	log        *slog.Logger
+	mux        *replication.PortMux
+	transport  *replication.TCPTransport
+	membership *replication.Membership
+	served     chan error // Serve's result, once start ran
+}
+
+// listenBus listens on the bus port: where bind says, on cluster-bus-port
+// (port + 10000 by default; 0 picks a free one).
+func listenBus(cfg config, log *slog.Logger) (*clusterBus, error) {
+	addr := net.JoinHostPort(cfg.Bind, strconv.Itoa(cfg.busPort()))
+	mux, err := replication.ListenMux(addr, log)
+	if err != nil {
+		how := "set cluster-bus-port to a free port (0 picks one)"
+		if cfg.ClusterBusPort < 0 {
+			how = fmt.Sprintf("it is port + %d; set cluster-bus-port to a free port (0 picks one)", busPortOffset)
+		}
+		return nil, fmt.Errorf("cluster-bus-port %d: cannot listen on %s (%s): %w", cfg.busPort(), addr, how, err)
+	}
+	return &clusterBus{log: log, mux: mux}, nil
+}
+
+// advertisedClientAddr is the client address this node gives its peers (in
+// CLUSTER NODES and HELLO): the bind address, or 127.0.0.1 when it is a
+// wildcard, as Disque does.
+func advertisedClientAddr(bind string, port int) string {
+	host := bind
+	if ip := net.ParseIP(bind); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// busHandler receives the job messages of the bus. The job protocol (REPLJOB,
+// SETACK, …) plugs in here; until then a message is counted by the
+// transport and dropped.
+func (b *clusterBus) busHandler(from string, m replication.Message) {
+	b.log.Debug("cluster bus: message dropped: no job protocol yet", "from", from, "type", int(m.Type))
+}
+
+// start runs the transport and membership (as node id, with its nodes file
+// in dir) and serves the bus port.
+func (b *clusterBus) start(cfg config, id, dir string, clientPort int) error {
+	tr, err := replication.NewTCPTransport(replication.TCPConfig{
+		ID: id, Mux: b.mux, Secret: cfg.ClusterSecret, Handler: b.busHandler, Logger: b.log,
+	})
+	if err != nil {
+		return fmt.Errorf("cluster bus: %w", err)
+	}
+	b.transport = tr
+	m, err := replication.NewMembership(replication.MembershipConfig{
+		ID:          id,
+		Dir:         dir,
+		ClientAddr:  advertisedClientAddr(cfg.Bind, clientPort),
+		Mux:         b.mux,
+		NodeTimeout: time.Duration(cfg.ClusterNodeTimeout) * time.Millisecond,
+		Secret:      cfg.ClusterSecret,
+		Logger:      b.log,
+		// Every node membership knows has a link on the transport (dialled
+		// at once, redialled with backoff while it is down); a forgotten
+		// one loses it.
+		OnChange: func(n replication.NodeInfo, gone bool) {
+			switch {
+			case n.Myself:
+			case gone:
+				tr.RemovePeer(n.ID)
+			default:
+				tr.SetPeer(n.ID, n.BusAddr)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("cluster membership: %w", err)
+	}
+	b.membership = m
+	b.served = make(chan error, 1)
+	go func() { b.served <- b.mux.Serve() }()
+	b.log.Info("cluster bus listening", "addr", b.mux.Addr().String(), "node", id,
+		"cluster_node_timeout_ms", cfg.ClusterNodeTimeout)
+	return nil
+}
+
+// close stops membership, the transport and the port, in that order, and
+// returns their errors joined. Safe when start did not run (or failed).
+func (b *clusterBus) close() error {
+	if b == nil {
+		return nil
+	}
+	var errs []error
+	if b.membership != nil {
+		errs = append(errs, b.membership.Close())
+	}
+	if b.transport != nil {
+		errs = append(errs, b.transport.Close())
+	}
+	errs = append(errs, b.mux.Close())
+	if b.served != nil {
+		errs = append(errs, <-b.served)
+	}
+	return errors.Join(errs...)
+}
