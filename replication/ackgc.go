@@ -29,7 +29,7 @@ func (j *Jobs) Acked(jobs []*storage.Job) {
 			gc.dummy, gc.targets = true, others
 		} else {
 			for _, n := range job.Nodes {
-				if n != j.cfg.ID {
+				if n != j.self() {
 					gc.targets = append(gc.targets, n)
 				}
 			}
@@ -175,7 +175,7 @@ func (j *Jobs) FastAcked(jobs []*storage.Job, unknown []string) {
 	per := map[string][]string{}
 	for _, job := range jobs {
 		for _, n := range job.Nodes {
-			if n != j.cfg.ID {
+			if n != j.self() {
 				per[n] = append(per[n], job.ID)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/diskque/diskque/queue"
@@ -61,6 +62,8 @@ type Jobs struct {
 	// Set by Start, read-only afterwards.
 	broker *queue.Broker
 	tr     Transport
+	// bound is broker, for self, which runs under mu too.
+	bound atomic.Pointer[queue.Broker]
 
 	// mu guards the maps below. It is a leaf: never held across a broker
 	// call, a transport Send or a wait.
@@ -104,6 +107,15 @@ type ackGC struct {
 
 var _ queue.Cluster = (*Jobs)(nil)
 
+// self is this node's id: the broker's once Start bound it (CLUSTER RESET
+// HARD changes it there, Broker.SetNodeID), cfg.ID before.
+func (j *Jobs) self() string {
+	if b := j.bound.Load(); b != nil {
+		return b.NodeID()
+	}
+	return j.cfg.ID
+}
+
 // NewJobs returns the job protocol of node cfg.ID. Messages are handled
 // (Handle) from Start on; before, they are dropped.
 func NewJobs(cfg JobsConfig) (*Jobs, error) {
@@ -137,6 +149,7 @@ func (j *Jobs) Start(b *queue.Broker, t Transport) error {
 	j.mu.Lock()
 	j.broker, j.tr = b, t
 	j.mu.Unlock()
+	j.bound.Store(b)
 	if err := j.resume(); err != nil {
 		return err
 	}
@@ -186,7 +199,7 @@ func (j *Jobs) ReachablePeers() int { return len(j.reachableIDs()) }
 func (j *Jobs) reachableIDs() []string {
 	var ids []string
 	for _, n := range j.cfg.Peers.Reachable() {
-		if n.ID != j.cfg.ID && !n.Myself && !n.Leaving {
+		if n.ID != j.self() && !n.Myself && !n.Leaving {
 			ids = append(ids, n.ID)
 		}
 	}
@@ -196,7 +209,7 @@ func (j *Jobs) reachableIDs() []string {
 func (j *Jobs) otherIDs() []string {
 	var ids []string
 	for _, n := range j.cfg.Peers.Nodes() {
-		if n.ID != j.cfg.ID && !n.Myself {
+		if n.ID != j.self() && !n.Myself {
 			ids = append(ids, n.ID)
 		}
 	}
@@ -272,10 +285,10 @@ func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 			switch {
 			case len(p.confirmed) >= p.need:
 				finished[i], left = true, left-1
-				out[i] = queue.ReplicationResult{OK: true, Nodes: append([]string{j.cfg.ID}, p.sent...)}
+				out[i] = queue.ReplicationResult{OK: true, Nodes: append([]string{j.self()}, p.sent...)}
 			case closed || r.Deadline != 0 && now >= r.Deadline:
 				finished[i], left = true, left-1
-				out[i] = queue.ReplicationResult{Nodes: append([]string{j.cfg.ID}, p.sent...)}
+				out[i] = queue.ReplicationResult{Nodes: append([]string{j.self()}, p.sent...)}
 				for _, n := range p.sent {
 					if dels == nil {
 						dels = map[string][]string{}
@@ -341,7 +354,7 @@ func (j *Jobs) sendRepl(jobs []queue.Replication, prs []*pendingRepl, nodes [][]
 	for i, r := range jobs {
 		var list, targets []string
 		if prs != nil {
-			list = append([]string{j.cfg.ID}, prs[i].sent...)
+			list = append([]string{j.self()}, prs[i].sent...)
 			for _, n := range prs[i].sent {
 				if !prs[i].confirmed[n] {
 					targets = append(targets, n)
@@ -378,7 +391,7 @@ func (j *Jobs) ReplicateAsync(jobs []queue.Replication) [][]string {
 	reach := j.reachableIDs()
 	nodes := make([][]string, len(jobs))
 	for i, r := range jobs {
-		nodes[i] = append([]string{j.cfg.ID}, pick(reach, nil, int(r.Job.Repl)-1)...)
+		nodes[i] = append([]string{j.self()}, pick(reach, nil, int(r.Job.Repl)-1)...)
 	}
 	j.sendRepl(jobs, nil, nodes, true)
 	return nodes

@@ -106,6 +106,9 @@ type TCPTransport struct {
 	cfg TCPConfig
 	log *slog.Logger
 	lim *logLimiter
+	// id is this node's id in handshakes: cfg.ID until SetID (CLUSTER
+	// RESET HARD) gives another.
+	id atomic.Pointer[string]
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -140,8 +143,33 @@ func NewTCPTransport(cfg TCPConfig) (*TCPTransport, error) {
 		t.log.Warn("replication: the cluster bus is open: no cluster-secret, peers are not authenticated",
 			"bus", o.Mux.Addr().String())
 	}
+	t.id.Store(&o.ID)
 	o.Mux.Handle(KindBus, t.accept)
 	return t, nil
+}
+
+// ID is the node id this transport gives in its handshakes.
+func (t *TCPTransport) ID() string { return *t.id.Load() }
+
+// SetID makes this node id (CLUSTER RESET HARD took a new one) and closes
+// every sending link: a peer knows the node by its new id only, and the
+// links' handshakes named the old one. Membership's reset has forgotten
+// every peer already, and its next MEET names them again (SetPeer).
+func (t *TCPTransport) SetID(id string) error {
+	if !validLinkID(id) {
+		return fmt.Errorf("replication: %q is not a node id", id)
+	}
+	t.id.Store(&id)
+	t.mu.Lock()
+	ids := make([]string, 0, len(t.links))
+	for peer := range t.links {
+		ids = append(ids, peer)
+	}
+	t.mu.Unlock()
+	for _, peer := range ids {
+		t.RemovePeer(peer)
+	}
+	return nil
 }
 
 // SetPeer implements Transport. The link is dialled at once (not at the
@@ -149,7 +177,7 @@ func NewTCPTransport(cfg TCPConfig) (*TCPTransport, error) {
 // needs. A new address makes the link redial at once, keeping its queued
 // messages (they are for the node, not the address).
 func (t *TCPTransport) SetPeer(id, addr string) {
-	if id == t.cfg.ID {
+	if id == t.ID() {
 		return // we do not dial ourselves: the acceptor would refuse it
 	}
 	t.mu.Lock()
@@ -287,7 +315,7 @@ func (t *TCPTransport) accept(c net.Conn) {
 	remote := c.RemoteAddr().String()
 
 	c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-	peer, err := acceptHandshake(c, t.cfg.ID, t.cfg.Secret)
+	peer, err := acceptHandshake(c, t.ID(), t.cfg.Secret)
 	c.SetDeadline(time.Time{})
 	if err != nil {
 		t.logHandshakeError("replication: bus connection refused", err, remote)

@@ -234,7 +234,7 @@ func (l *tcpLink) connect() (net.Conn, string, error) {
 	l.conn = c
 	l.mu.Unlock()
 	c.SetDeadline(time.Now().Add(l.t.cfg.HandshakeTimeout))
-	_, err = dialHandshake(c, []byte{KindBus}, l.t.cfg.ID, l.id, l.t.cfg.Secret)
+	_, err = dialHandshake(c, []byte{KindBus}, l.t.ID(), l.id, l.t.cfg.Secret)
 	c.SetDeadline(time.Time{})
 	if err != nil {
 		l.dropConn(c)

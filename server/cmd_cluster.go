@@ -69,8 +69,9 @@ type ClusterInfoSource interface {
 }
 
 // NodeIDResetter is an optional interface of the Cluster: CLUSTER RESET HARD
-// calls ResetNodeID(newID) after Reset, for the parts of the node that keep
-// the id beside membership (the store, whose job ids carry it).
+// calls ResetNodeID(newID) after Reset and the flush of every job, for the
+// parts of the node that keep the id beside membership (the store, whose job
+// ids carry it, and the bus's handshakes).
 type NodeIDResetter interface {
 	ResetNodeID(newID string) error
 }
@@ -427,14 +428,16 @@ func clusterReset(r *clusterRef, c *call) {
 		c.conn.WriteError("ERR " + oneLine(err.Error()))
 		return
 	}
-	if res, ok := r.c.(NodeIDResetter); ok && hard {
-		if err := res.ResetNodeID(newID); err != nil {
+	if c.broker != nil {
+		if err := c.broker.FlushAll(); err != nil {
 			c.conn.WriteError(errorReply(err))
 			return
 		}
 	}
-	if c.broker != nil {
-		if err := c.broker.FlushAll(); err != nil {
+	// After the flush: the store takes a new id only while it holds no job
+	// (the ids of its jobs carry the old one).
+	if res, ok := r.c.(NodeIDResetter); ok && hard {
+		if err := res.ResetNodeID(newID); err != nil {
 			c.conn.WriteError(errorReply(err))
 			return
 		}

@@ -27,7 +27,10 @@ func init() {
 // error reply. prevQueue is the queue of the ADDJOB before it in the batch:
 // a pipeline usually feeds one queue, and reusing that string saves an
 // allocation per job.
-func parseAddJob(args [][]byte, prevQueue string) (queue.AddRequest, string) {
+//
+// defaultReplicate is REPLICATE when the command gives none: min(3, the
+// nodes known, this one included), so 1 on a lone node (Disque).
+func parseAddJob(args [][]byte, prevQueue string, defaultReplicate int) (queue.AddRequest, string) {
 	r := queue.AddRequest{Queue: prevQueue, Body: args[2], TTL: 86400}
 	if string(args[1]) != prevQueue {
 		r.Queue = string(args[1])
@@ -89,10 +92,9 @@ func parseAddJob(args [][]byte, prevQueue string) (queue.AddRequest, string) {
 		retry = queue.DefaultRetry(r.TTL)
 	}
 	r.Retry = retry
-	// REPLICATE defaults to min(3, cluster size): 1 on a lone node.
 	r.Replicate = int(replicate)
 	if replicate == 0 {
-		r.Replicate = 1
+		r.Replicate = max(defaultReplicate, 1)
 	}
 	if r.Retry == 0 && r.Replicate > 1 {
 		return r, errRetryRepl
@@ -121,6 +123,7 @@ func cmdAddJob(s *Server, c *call) {
 	replies := make([]string, len(argsList)) // error reply per command, "" if added
 	reqs := make([]queue.AddRequest, 0, len(argsList))
 	idx := make([]int, 0, len(argsList))
+	defaultReplicate := c.broker.DefaultReplicate()
 	for i, args := range argsList {
 		if len(args) < 4 {
 			replies[i] = "ERR wrong number of arguments for 'addjob' command"
@@ -130,7 +133,7 @@ func cmdAddJob(s *Server, c *call) {
 		if len(reqs) > 0 {
 			prevQueue = reqs[len(reqs)-1].Queue
 		}
-		r, errReply := parseAddJob(args, prevQueue)
+		r, errReply := parseAddJob(args, prevQueue, defaultReplicate)
 		if errReply != "" {
 			replies[i] = errReply
 			continue

@@ -6,8 +6,11 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/replication"
 )
 
@@ -29,6 +32,18 @@ type clusterBus struct {
 	transport  *replication.TCPTransport
 	membership *replication.Membership
 	served     chan error // Serve's result, once start ran
+
+	// member is membership once start made it: the job protocol reads
+	// the peers through it (Nodes, Reachable) from any goroutine.
+	member atomic.Pointer[replication.Membership]
+	// jobs is the job protocol of the current broker (one per store
+	// open: a reopen after a disk failure makes another); the bus's
+	// messages go to it. mu guards the hand-over between attachJobs,
+	// detachJobs and start.
+	mu         sync.Mutex
+	jobs       atomic.Pointer[replication.Jobs]
+	jobsBroker *queue.Broker // the broker of jobs, until start can Start it
+	started    bool          // start ran: the transport exists
 }
 
 // listenBus listens on the bus port: where bind says, on cluster-bus-port
@@ -57,11 +72,86 @@ func advertisedClientAddr(bind string, port int) string {
 	return net.JoinHostPort(host, strconv.Itoa(port))
 }
 
-// busHandler receives the job messages of the bus. The job protocol (REPLJOB,
-// SETACK, …) plugs in here; until then a message is counted by the
-// transport and dropped.
+// busHandler hands the job messages of the bus to the job protocol of the
+// current broker; while there is none (a store reopening) they are
+// dropped, and the protocol's retries send again what matters.
 func (b *clusterBus) busHandler(from string, m replication.Message) {
-	b.log.Debug("cluster bus: message dropped: no job protocol yet", "from", from, "type", int(m.Type))
+	if j := b.jobs.Load(); j != nil {
+		j.Handle(from, m)
+		return
+	}
+	b.log.Debug("cluster bus: message dropped: no broker", "from", from, "type", int(m.Type))
+}
+
+// Nodes implements replication.Peers: membership's, or nothing before it
+// started (the job protocol then counts this node alone).
+func (b *clusterBus) Nodes() []replication.NodeInfo {
+	if m := b.member.Load(); m != nil {
+		return m.Nodes()
+	}
+	return nil
+}
+
+// Reachable implements replication.Peers.
+func (b *clusterBus) Reachable() []replication.NodeInfo {
+	if m := b.member.Load(); m != nil {
+		return m.Reachable()
+	}
+	return nil
+}
+
+// newJobs returns the job protocol for a broker about to be made over a
+// store of node id.
+func (b *clusterBus) newJobs(id string) (*replication.Jobs, error) {
+	return replication.NewJobs(replication.JobsConfig{ID: id, Peers: b, Logger: b.log})
+}
+
+// attachJobs makes j, the protocol of broker, the one the bus feeds, and
+// starts it once the transport exists (now, or when start runs).
+func (b *clusterBus) attachJobs(j *replication.Jobs, broker *queue.Broker) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.jobsBroker = broker
+	b.jobs.Store(j)
+	if b.started {
+		b.startJobsLocked(j, broker)
+	}
+}
+
+// detachJobs stops feeding j (its broker is closing).
+func (b *clusterBus) detachJobs(j *replication.Jobs) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.jobs.Load() == j {
+		b.jobs.Store(nil)
+		b.jobsBroker = nil
+	}
+}
+
+func (b *clusterBus) startJobsLocked(j *replication.Jobs, broker *queue.Broker) {
+	if err := j.Start(broker, b.transport); err != nil {
+		// The protocol still answers new messages; what it could not
+		// resume (ack collections, wait-repl jobs) is logged.
+		b.log.Error("cluster: resuming the job protocol", "err", err)
+	}
+}
+
+// clusterControl is what the server's CLUSTER commands act on: membership,
+// and CLUSTER RESET HARD's new node id for the store and the bus too.
+type clusterControl struct {
+	*replication.Membership
+	bus  *clusterBus
+	node *node
+}
+
+// ResetNodeID implements server.NodeIDResetter: after the flush, the store
+// (through the broker: job ids carry the id) and the bus's handshakes take
+// the new id.
+func (c clusterControl) ResetNodeID(newID string) error {
+	if err := c.node.setNodeID(newID); err != nil {
+		return err
+	}
+	return c.bus.transport.SetID(newID)
 }
 
 // start runs the transport and membership (as node id, with its nodes file
@@ -99,6 +189,13 @@ func (b *clusterBus) start(cfg config, id, dir string, clientPort int) error {
 		return fmt.Errorf("cluster membership: %w", err)
 	}
 	b.membership = m
+	b.member.Store(m)
+	b.mu.Lock()
+	b.started = true
+	if j := b.jobs.Load(); j != nil {
+		b.startJobsLocked(j, b.jobsBroker)
+	}
+	b.mu.Unlock()
 	b.served = make(chan error, 1)
 	go func() { b.served <- b.mux.Serve() }()
 	b.log.Info("cluster bus listening", "addr", b.mux.Addr().String(), "node", id,

@@ -164,6 +164,7 @@ func run(cfg config) error {
 		gcOpts.Interval = -1
 	}
 	n := newNode(dir, sopts, gcOpts, srv, log)
+	n.bus = bus
 	n.rebuild = cfg.RebuildIndex // --rebuild-index: the first open rebuilds the index
 	live.attach(n)               // a CONFIG SET appendfsync while we got here counts
 	if err := n.open(); err != nil {
@@ -185,7 +186,7 @@ func run(cfg config) error {
 		n.close()
 		return err
 	}
-	srv.SetCluster(bus.membership, bus.transport)
+	srv.SetCluster(clusterControl{Membership: bus.membership, bus: bus, node: n}, bus.transport)
 	live.attachCluster(bus.membership)
 	log.Info("ready to accept commands")
 

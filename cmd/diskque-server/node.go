@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/diskque/diskque/gc"
 	"github.com/diskque/diskque/queue"
+	"github.com/diskque/diskque/replication"
 	"github.com/diskque/diskque/server"
 	"github.com/diskque/diskque/storage"
 	"github.com/diskque/diskque/wal"
@@ -49,10 +50,15 @@ type node struct {
 	// RetryInterval is how often a failed node probes its disk.
 	retry time.Duration
 
-	mu        sync.Mutex // guards the three below against a concurrent close
+	// bus is the cluster side (nil in tests of the node alone): each
+	// broker gets its job protocol from it.
+	bus *clusterBus
+
+	mu        sync.Mutex // guards the four below against a concurrent close
 	st        *storage.Store
 	broker    *queue.Broker
 	collector *gc.Collector
+	jobs      *replication.Jobs // the broker's job protocol; nil without bus
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -110,7 +116,16 @@ func (n *node) open() error {
 	stats := st.Stats()
 	n.log.Info("storage ready", "node", st.NodeID(), "jobs", stats.Jobs, "queued", stats.Queued,
 		"replayed_records", ri.Records, "recovery", ri.Duration.String())
-	broker, err := queue.New(queue.Options{Store: st, Logger: n.log})
+	qopts := queue.Options{Store: st, Logger: n.log}
+	var jobs *replication.Jobs
+	if n.bus != nil {
+		if jobs, err = n.bus.newJobs(st.NodeID()); err != nil {
+			st.Close()
+			return err
+		}
+		qopts.Cluster = jobs
+	}
+	broker, err := queue.New(qopts)
 	if err != nil {
 		st.Close()
 		return err
@@ -127,12 +142,27 @@ func (n *node) open() error {
 	}
 	go broker.Run()
 	n.mu.Lock()
-	n.st, n.broker, n.collector = st, broker, collector
+	n.st, n.broker, n.collector, n.jobs = st, broker, collector, jobs
 	n.mu.Unlock()
+	if jobs != nil {
+		n.bus.attachJobs(jobs, broker)
+	}
 	n.catchUpSync(st, sopts.Sync)
 	n.srv.SetCollector(collector)
 	n.srv.SetBroker(broker)
 	return nil
+}
+
+// setNodeID gives the store a new node id (CLUSTER RESET HARD, after the
+// flush).
+func (n *node) setNodeID(id string) error {
+	n.mu.Lock()
+	broker := n.broker
+	n.mu.Unlock()
+	if broker == nil {
+		return errors.New("LOADING the node is reopening its store")
+	}
+	return broker.SetNodeID(id)
 }
 
 // nodeID is the store's node id (the data directory's); "" before open.
@@ -296,13 +326,19 @@ func probeDisk(fs vfs.FS, dir string) error {
 // closed store. A failed store skips its checkpoint: the next open replays.
 func (n *node) closeParts() error {
 	n.mu.Lock()
-	st, broker, collector := n.st, n.broker, n.collector
-	n.st, n.broker, n.collector = nil, nil, nil
+	st, broker, collector, jobs := n.st, n.broker, n.collector, n.jobs
+	n.st, n.broker, n.collector, n.jobs = nil, nil, nil, nil
 	n.mu.Unlock()
 	if st == nil {
 		return nil
 	}
 	drain := n.srv.SetBroker(nil)
+	if jobs != nil {
+		// Before the broker: nothing the bus delivers reaches it after,
+		// and waiting replications end (their ADDJOBs get -NOREPL).
+		n.bus.detachJobs(jobs)
+		jobs.Close()
+	}
 	broker.Close()
 	drain()
 	if collector != nil {
