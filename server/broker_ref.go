@@ -3,6 +3,7 @@ package server
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/diskque/diskque/queue"
 )
@@ -51,6 +52,18 @@ func (s *Server) SetBroker(b *queue.Broker) (drain func()) {
 		next = &brokerRef{b: b, idle: make(chan struct{})}
 	}
 	prev := s.broker.Swap(next)
+	s.loadMu.Lock()
+	select {
+	case <-s.loaded:
+		if next == nil {
+			s.loaded = make(chan struct{})
+		}
+	default:
+		if next != nil {
+			close(s.loaded)
+		}
+	}
+	s.loadMu.Unlock()
 	if prev == nil {
 		return func() {}
 	}
@@ -74,6 +87,28 @@ func (s *Server) useBroker() *brokerRef {
 		// its successor.
 		r.release()
 	}
+}
+
+// waitBroker waits, for at most Options.LoadingWait, for a broker while
+// there is none (the store is recovering), and returns the reference
+// useBroker then gives (nil if the wait ran out or the server closed).
+func (s *Server) waitBroker() *brokerRef {
+	wait := s.opts.LoadingWait
+	if wait <= 0 {
+		return nil
+	}
+	s.loadMu.Lock()
+	loaded := s.loaded
+	s.loadMu.Unlock()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-loaded:
+	case <-timer.C:
+	case <-s.ctx.Done():
+		return nil
+	}
+	return s.useBroker()
 }
 
 // broker is the referenced broker; nil for a nil reference (loading).

@@ -31,7 +31,10 @@
 //
 // Until SetBroker is called (the store is still replaying its AOF) every
 // command but those marked whileLoading (PING, INFO, QUIT, HELLO, AUTH,
-// TIME, CLIENT, COMMAND, …) gets -LOADING.
+// TIME, CLIENT, COMMAND, …) gets -LOADING — after waiting up to
+// Options.LoadingWait for the broker (the daemon waits 5 s: a replay after
+// a crash takes milliseconds, and Disque's clients, its test suite among
+// them, send their next command as soon as PING answers).
 //
 // Security: with Options.RequirePass set, a connection must AUTH before
 // anything but AUTH and QUIT (-NOAUTH); passwords are compared in constant

@@ -91,6 +91,12 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 		return 1
 	}
 	ref := s.useBroker()
+	if ref == nil && !cmd.whileLoading {
+		// The store is recovering: wait a moment for it (LoadingWait)
+		// rather than answer -LOADING to a client that just saw PING
+		// answered.
+		ref = s.waitBroker()
+	}
 	defer ref.done()
 	b := ref.broker()
 	if b == nil && !cmd.whileLoading {

@@ -70,6 +70,13 @@ type Options struct {
 	// or DefaultRequestBudget without maxmemory. Never less than one body
 	// of max-job-size.
 	RequestBudget int64
+	// LoadingWait is how long a command that needs the store waits for it
+	// while the store is still recovering, before it is answered -LOADING.
+	// 0 (the default) answers at once. The daemon waits a few seconds, as
+	// Disque does: Disque serves no command until its AOF is loaded, and
+	// clients (Disque's own test suite among them) treat an answered PING
+	// as "ready" and send the next command at once.
+	LoadingWait time.Duration
 }
 
 // Defaults of Options.
@@ -94,6 +101,11 @@ type Server struct {
 	opts Options
 	// broker is what commands run on, nil while loading; see brokerRef.
 	broker atomic.Pointer[brokerRef]
+	// loaded is closed while there is a broker, and replaced by an open
+	// channel when SetBroker(nil) takes it away; loadMu guards the swap.
+	// Commands that arrive while loading wait on it (Options.LoadingWait).
+	loadMu sync.Mutex
+	loaded chan struct{}
 	// collector runs segment collections (BGREWRITEAOF, INFO); nil until
 	// SetCollector.
 	collector atomic.Pointer[gc.Collector]
@@ -192,7 +204,8 @@ func New(opts Options) *Server {
 		opts.BodyWait = DefaultBodyWait
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{opts: opts, start: time.Now(), clients: map[redcon.Conn]*client{}, ctx: ctx, cancel: cancel}
+	s := &Server{opts: opts, start: time.Now(), clients: map[redcon.Conn]*client{}, ctx: ctx, cancel: cancel,
+		loaded: make(chan struct{})}
 	s.idle = sync.NewCond(&s.mu)
 	s.metrics = newMetrics(s)
 	s.SetRequirePass(opts.RequirePass)

@@ -112,6 +112,11 @@ func run(cfg config) error {
 		MaxJobSize:  cfg.MaxJobSize,
 		MinFreeDisk: cfg.MinFreeDisk,
 		MaxMemory:   cfg.MaxMemory,
+		// A command sent while the store recovers waits for it (a restart
+		// after kill -9 replays in milliseconds) instead of getting
+		// -LOADING at once: Disque serves nothing until loaded, and its
+		// clients take an answered PING for "ready".
+		LoadingWait: loadingWait,
 		OnShutdown: func() {
 			select {
 			case shutdown <- struct{}{}:
@@ -225,6 +230,10 @@ func run(cfg config) error {
 	log.Info("bye")
 	return serveErr
 }
+
+// loadingWait is how long a command waits for a recovering store before
+// it is answered -LOADING (server.Options.LoadingWait).
+const loadingWait = 5 * time.Second
 
 // enterDir makes the data directory (dir, relative to the working
 // directory) and chdirs into it, as Disque does: Disque's test suite starts
