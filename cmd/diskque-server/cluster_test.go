@@ -277,3 +277,35 @@ func TestClusterWrongSecretIsRefused(t *testing.T) {
 		t.Errorf("the node with the wrong secret reaches %s nodes, want 0", got)
 	}
 }
+
+// TestClusterNodesFileKeepsPeersLearnedByGossip: A and C each MEET only B,
+// so they learn of each other by gossip alone. As soon as the three see
+// each other, A and B are killed with SIGKILL (no SAVECONFIG) and A is
+// restarted on its directory: its nodes file must already list C, the only
+// live node, which it rejoins with no MEET.
+func TestClusterNodesFileKeepsPeersLearnedByGossip(t *testing.T) {
+	var nodes []*daemon
+	var clients []*redis.Client
+	var buses []int
+	for range 3 {
+		bus := freePort(t)
+		s := startServer(t, "--cluster-node-timeout", "2000", "--cluster-bus-port", strconv.Itoa(bus))
+		nodes, clients, buses = append(nodes, s), append(clients, s.client(t)), append(buses, bus)
+	}
+	a, b, c := 0, 1, 2
+	for _, i := range []int{a, c} {
+		if got := doStr(t, clients[i], "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(nodes[b].port), strconv.Itoa(buses[b])); got != "OK" {
+			t.Fatalf("CLUSTER MEET = %q", got)
+		}
+	}
+	waitReachable(t, 20*time.Second, 2, clients...)
+	nodes[a].Kill()
+	nodes[b].Kill()
+	nodes[a].Start()
+	clients[a] = nodes[a].client(t)
+	waitReachable(t, 20*time.Second, 1, clients[a], clients[c])
+	idC := myID(t, clients[c])
+	if l, ok := clusterNodes(t, clients[a])[idC]; !ok || hasFlag(l.flags, "fail") {
+		t.Errorf("after its restart, A's CLUSTER NODES gives C as %+v (known %v), want it reachable", l, ok)
+	}
+}
