@@ -90,7 +90,16 @@ type MeetError struct {
 	ClientAddr string // "" when met by bus port (MeetBus)
 	BusAddr    string
 	Err        error
+	// Retrying: the join is tried again in the background until the node
+	// timeout (at least a second) has passed since the MEET, as Disque
+	// keeps a node it was asked to meet in "handshake" that long: a node
+	// starting a moment after the MEET is still met.
+	Retrying bool
 }
+
+// InBackground reports whether the meet goes on in the background (CLUSTER
+// MEET then answers +OK, as Disque does).
+func (e *MeetError) InBackground() bool { return e.Retrying }
 
 func (e *MeetError) Error() string {
 	_, port, _ := net.SplitHostPort(e.BusAddr)
@@ -135,6 +144,10 @@ type Membership struct {
 	bans      map[string]forgetBan
 	emitted   map[string]NodeInfo // what OnChange was last told
 	joining   bool                // a rejoin is running
+	// handshakes are the bus addresses of MEETs that failed, retried in
+	// the background until their deadline or until a node at that
+	// address is known (Disque's handshake nodes).
+	handshakes map[string]time.Time
 
 	kick     chan struct{} // the state changed: emit OnChange now
 	saveKick chan struct{} // the nodes file is out of date
@@ -194,7 +207,8 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		onChange:  cfg.OnChange,
 		id:        cfg.ID, timeout: cfg.NodeTimeout, timings: timingsFor(cfg.NodeTimeout),
 		peers: map[string]*peerState{}, bans: map[string]forgetBan{}, emitted: map[string]NodeInfo{},
-		kick: make(chan struct{}, 1), saveKick: make(chan struct{}, 1), done: make(chan struct{}),
+		handshakes: map[string]time.Time{},
+		kick:       make(chan struct{}, 1), saveKick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	if cfg.Secret == "" {
 		logger.Warn("replication: cluster-secret is not set: the cluster bus is open to anyone who can reach it")
@@ -321,9 +335,37 @@ func (m *Membership) meet(client, bus string) error {
 	_, err := m.list.Join([]string{bus})
 	m.listMu.RUnlock()
 	if err != nil {
-		return &MeetError{ClientAddr: client, BusAddr: bus, Err: unwrapJoinError(err)}
+		m.mu.Lock()
+		retrying := !m.closed
+		if retrying {
+			m.handshakes[bus] = time.Now().Add(max(m.timeout, time.Second))
+		}
+		m.mu.Unlock()
+		return &MeetError{ClientAddr: client, BusAddr: bus, Err: unwrapJoinError(err), Retrying: retrying}
 	}
 	return nil
+}
+
+// handshakeEvery is how often a MEET that failed is tried again.
+const handshakeEvery = time.Second
+
+// retryHandshakes joins, in the background, the addresses of the MEETs
+// that failed and have not timed out; those that did are dropped, logged.
+func (m *Membership) retryHandshakes(now time.Time) {
+	m.mu.Lock()
+	var addrs []string
+	for bus, until := range m.handshakes {
+		if now.After(until) {
+			delete(m.handshakes, bus)
+			m.log.Warn("replication: CLUSTER MEET: no node answered at this cluster bus address; gave up", "bus", bus)
+			continue
+		}
+		addrs = append(addrs, bus)
+	}
+	m.mu.Unlock()
+	if len(addrs) > 0 {
+		m.startRejoin(addrs)
+	}
 }
 
 // unwrapJoinError shortens memberlist's multierror ("1 error occurred:\n\t*
@@ -475,6 +517,7 @@ func (m *Membership) Reset(newID string) error {
 		bans[id] = forgetBan{until: until, bus: p.info.BusAddr, reset: true}
 	}
 	m.peers, m.bans = map[string]*peerState{}, bans
+	m.handshakes = map[string]time.Time{}
 	if newID != "" {
 		m.id = newID
 	}
@@ -604,7 +647,7 @@ func (m *Membership) run() {
 	defer m.wg.Done()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	var lastRejoin time.Time
+	var lastRejoin, lastHandshake time.Time
 	for {
 		select {
 		case <-m.done:
@@ -620,6 +663,10 @@ func (m *Membership) run() {
 			if time.Since(lastRejoin) >= rejoinEvery {
 				lastRejoin = time.Now()
 				m.rejoinFailed()
+			}
+			if time.Since(lastHandshake) >= handshakeEvery {
+				lastHandshake = time.Now()
+				m.retryHandshakes(lastHandshake)
 			}
 			m.emit()
 			timer.Reset(timings.ProbeInterval)
@@ -1003,6 +1050,7 @@ func (d *gossipDelegate) alive(n *memberlist.Node, relearn bool) {
 	}
 	p.info = NodeInfo{ID: n.Name, ClientAddr: meta.ClientAddr, BusAddr: bus, Leaving: meta.Leaving}
 	p.inList, p.pending = true, false
+	delete(m.handshakes, bus) // a MEET retried in the background succeeded
 	p.pongLocked(now)
 	m.kickLocked()
 }

@@ -284,6 +284,54 @@ func TestMembershipMeetErrors(t *testing.T) {
 	}
 }
 
+// A MEET of a node that is not up yet fails, but goes on in the
+// background (Disque's handshake, CLUSTER MEET answers +OK): the node,
+// started a moment later, is met with no new MEET. A MEET nobody ever
+// answers is given up after the node timeout.
+func TestMembershipMeetRetriesInTheBackground(t *testing.T) {
+	leakcheck.Check(t)
+	a := startNode(t, "", "", nodeOpts{timeout: 2 * time.Second})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	err = a.m.MeetBus("127.0.0.1", port)
+	var me *MeetError
+	if !errors.As(err, &me) || !me.InBackground() {
+		t.Fatalf("MeetBus(nobody yet) = %v; want a MeetError retried in the background", err)
+	}
+	b := startNode(t, "", "", nodeOpts{addr: addr})
+	waitFor(t, 15*time.Second, "the node started after the MEET to be met", allReachable([]*testNode{a, b}))
+	a.m.mu.Lock()
+	left := len(a.m.handshakes)
+	a.m.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d handshakes left after the node was met, want 0", left)
+	}
+
+	// Nobody ever answers: dropped once the node timeout has passed.
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port = ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	if err := a.m.MeetBus("127.0.0.1", port); err == nil {
+		t.Fatal("MeetBus(nobody) succeeded")
+	}
+	waitFor(t, 20*time.Second, "the MEET nobody answers to be given up", func() bool {
+		a.m.mu.Lock()
+		defer a.m.mu.Unlock()
+		return len(a.m.handshakes) == 0
+	})
+	if got := len(a.m.Nodes()); got != 2 {
+		t.Errorf("after the MEET nobody answered, %d nodes known, want 2", got)
+	}
+}
+
 func TestMembershipChainOfSevenConverges(t *testing.T) {
 	leakcheck.Check(t)
 	var nodes []*testNode

@@ -253,7 +253,7 @@ func cmdCluster(s *Server, c *call) {
 	argc := len(c.args)
 	switch {
 	case sub == "meet" && (argc == 4 || argc == 5):
-		clusterMeet(r, c)
+		clusterMeet(s, r, c)
 	case sub == "nodes" && argc == 2:
 		var b strings.Builder
 		for _, n := range r.c.Nodes() {
@@ -329,7 +329,7 @@ func (r *clusterRef) messages() (sent, recv int64) {
 // client port, as in Disque, whose bus is at port + 10000; busport, when
 // given, is its bus port (a cluster-bus-port other than port + 10000) for a
 // Cluster that can use it (BusMeeter), and port is then only checked.
-func clusterMeet(r *clusterRef, c *call) {
+func clusterMeet(s *Server, r *clusterRef, c *call) {
 	ip, portArg := string(c.args[2]), string(c.args[3])
 	port, err := strconv.ParseInt(portArg, 10, 64)
 	if err != nil {
@@ -353,10 +353,10 @@ func clusterMeet(r *clusterRef, c *call) {
 			return
 		}
 		err = bm.MeetBus(ip, int(bus))
-		meetReply(c, ip, portArg, err)
+		meetReply(s, c, ip, portArg, err)
 		return
 	}
-	meetReply(c, ip, portArg, r.c.Meet(ip, int(port)))
+	meetReply(s, c, ip, portArg, r.c.Meet(ip, int(port)))
 }
 
 // BusMeeter is an optional interface of the Cluster
@@ -367,10 +367,26 @@ type BusMeeter interface {
 	MeetBus(ip string, busPort int) error
 }
 
-func meetReply(c *call, ip, port string, err error) {
+// backgroundMeet is an error of a Cluster's Meet whose join goes on in the
+// background (*replication.MeetError: the node is tried again for the node
+// timeout, Disque's handshake).
+type backgroundMeet interface{ InBackground() bool }
+
+func meetReply(s *Server, c *call, ip, port string, err error) {
+	var bg backgroundMeet
+	if errors.As(err, &bg) && bg.InBackground() {
+		// Disque answers +OK and handshakes in the background; so do we
+		// when the first attempt did not reach the node (it may be
+		// starting): the reason goes to the log, the retries go on for the
+		// node timeout, and a node that never answers is logged too.
+		s.opts.Logger.Warn("CLUSTER MEET: the node did not answer yet; retrying in the background",
+			"addr", net.JoinHostPort(ip, port), "err", oneLine(err.Error()))
+		c.conn.WriteString("OK")
+		return
+	}
 	if err != nil {
-		// Disque answers +OK and handshakes in the background; our join is
-		// synchronous, so a peer that cannot be reached is said at once.
+		// An error that no retry cures (no cluster bus, membership
+		// closed) is said at once.
 		c.conn.WriteError(fmt.Sprintf("ERR CLUSTER MEET %s:%s failed: %s", truncate(ip, 64), truncate(port, 64), oneLine(err.Error())))
 		return
 	}
