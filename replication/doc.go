@@ -60,6 +60,13 @@
 // gossip about the old nodes for 2 s (what was already sent), or until a
 // MEET.
 //
+// MEET joins at once; when that fails (nobody answers yet, or a wrong
+// secret) the MeetError says Retrying and the bus address is tried again in
+// the background, every probe interval (at least every second), until the
+// node timeout (at least 1 s) has passed or a node at that address is known
+// — Disque's handshake, so CLUSTER MEET can answer +OK as Disque's does. A
+// MEET given up is logged at WARN. RESET drops the pending ones.
+//
 // Concurrency: every method is safe for concurrent use. Lock order:
 // Membership.listMu, then memberlist's own locks (its delegates run under
 // them), then Membership.mu; no memberlist call is made under mu, and

@@ -23,7 +23,9 @@
 // has a message, gossip hearing from it. CLUSTER RESET HARD takes a new
 // id in membership, and in the store too once the Cluster implements
 // NodeIDResetter. CLUSTER MEET's Cluster call is a network join, made from
-// the command's goroutine with no lock held.
+// the command's goroutine with no lock held; a join that failed but goes
+// on in the background (an error with InBackground() true, Disque's
+// handshake) answers +OK, as Disque's MEET does, and is logged.
 //
 // A pipeline of ADDJOBs read together is committed as one store batch:
 // one AOF write and one index batch serve them all, and their replies go
