@@ -62,7 +62,7 @@
 //
 // MEET joins at once; when that fails (nobody answers yet, or a wrong
 // secret) the MeetError says Retrying and the bus address is tried again in
-// the background, every probe interval (at least every second), until the
+// the background, every second or every probe interval if longer, until the
 // node timeout (at least 1 s) has passed or a node at that address is known
 // — Disque's handshake, so CLUSTER MEET can answer +OK as Disque's does. A
 // MEET given up is logged at WARN. RESET drops the pending ones.
