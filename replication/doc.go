@@ -48,8 +48,9 @@
 // The nodes file (nodes.conf in the data directory, nodesfile.go): our id
 // and every known peer's id, client and bus addresses and flags, written
 // with durable.WriteFile (temp file, fsync, rename, fsync of the directory)
-// when the membership changes (at most every 250 ms), on SaveConfig and on
-// Close. NewMembership rejoins its peers without MEET. It is a cache: a
+// when the membership changes (at once, at most every 20 ms: until the
+// write a kill -9 loses the change), on SaveConfig and on Close.
+// NewMembership rejoins its peers without MEET. It is a cache: a
 // damaged file, or one of another id, is logged and ignored (and
 // rewritten); it never stops a start.
 //
