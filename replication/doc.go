@@ -29,16 +29,17 @@
 // again (same id, possibly a new address). "fail?" is diskque's own:
 // memberlist does not expose its suspect state, so Membership pings every
 // live peer each probe interval and a peer that answered nothing (no ack,
-// no packet) for half the node timeout is Suspect. A node that leaves
+// no packet) for 7/8 of the node timeout is Suspect. A node that leaves
 // memberlist while answering (Reset) is forgotten, not failed.
 //
 // Timings, from cluster-node-timeout T (membership_meta.go, timingsFor):
 // ProbeInterval T/8, ProbeTimeout T/16, GossipInterval T/16 (20-200 ms),
-// SuspicionMult 5 and SuspicionMaxTimeoutMult 2 (dead 5/8 T to 5/4 T after
-// the failed probe), PushPullInterval T/2 (1-30 s), RetransmitMult 6, TCPTimeout T (1-10 s),
-// Lifeguard's awareness at most ×2. A killed node is "fail?" about T/2
-// after its death and "fail" within about 1.5 T everywhere, inside the
-// contract's 2 T. memberlist reads its Config without locks and its tickers
+// SuspicionMult 8 and SuspicionMaxTimeoutMult 1 (dead T after the failed
+// probe), PushPullInterval T/2 (1-30 s), RetransmitMult 6, TCPTimeout T
+// (1-10 s), Lifeguard's awareness at most ×2. A killed node is "fail?"
+// about 7/8 T after its death and "fail" within about 1.2 T everywhere,
+// inside the contract's 2 T; like Disque's PFAIL, neither comes before
+// about T, so a node down for a moment still counts as reachable. memberlist reads its Config without locks and its tickers
 // keep the timings they started with, so SetNodeTimeout recreates the
 // memberlist instance (same id, same transport) and rejoins every known
 // peer; the nodes are kept meanwhile. Failed peers are re-joined every T

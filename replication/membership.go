@@ -27,7 +27,7 @@ type NodeInfo struct {
 	ClientAddr string // "ip:port" of the client port (CLUSTER NODES, HELLO); "" = unknown (noaddr)
 	BusAddr    string // "ip:port" of the bus port
 	Myself     bool
-	Suspect    bool // "fail?": no answer to our pings for half the node timeout
+	Suspect    bool // "fail?": no answer to our pings for 7/8 of the node timeout
 	Failed     bool // "fail": memberlist declared it dead
 	Leaving    bool
 	PingSentMs int64 // Unix ms of the oldest unanswered ping, 0 = none
@@ -974,8 +974,8 @@ func (d *gossipDelegate) NotifyLeave(n *memberlist.Node) {
 	}
 	if p := m.peers[n.Name]; p != nil {
 		// memberlist tells a leave from a death only internally. A dead
-		// node was silent for its whole suspicion (5/8 T at least, more
-		// than SuspectAfter); one that answered our pings a moment ago
+		// node was silent for its whole suspicion (T at least, more than
+		// SuspectAfter); one that answered our pings a moment ago
 		// left: it reset itself (its "reset" flag can be overtaken by its
 		// leave in memberlist's broadcast queue). Forget it.
 		if !p.lastPong.IsZero() && time.Since(p.lastPong) <= m.timings.SuspectAfter {

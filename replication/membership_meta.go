@@ -99,12 +99,16 @@ func gossipKey(secret string) []byte {
 // A node killed without leaving is suspected by the prober that misses its
 // ack (a probe every ProbeInterval; ProbeTimeout for the direct ack, then
 // indirect and TCP pings) and declared dead after the suspicion timeout,
-// SuspicionMult×ProbeInterval (= 5/8 T) when there are too few nodes to
-// confirm, and up to SuspicionMaxTimeoutMult times that (5/4 T), shortened
-// by confirmations from the other nodes' probes. So "fail" comes within
-// about ProbeInterval + ProbeTimeout + 5/4 T ≈ 1.45 T of the death: inside
-// the cluster contract's 2 T. diskque's own "fail?" flag (no ack to our pings, which
-// run every ProbeInterval, for suspectAfter = T/2) comes first.
+// SuspicionMult×ProbeInterval = T (SuspicionMaxTimeoutMult 1: confirmations
+// from other nodes do not shorten it). So "fail" comes between T + T/16 and
+// about ProbeInterval + ProbeTimeout + T ≈ 1.2 T after the death (×2 on the
+// probe for Lifeguard's awareness at worst): inside the cluster contract's
+// 2 T. diskque's own "fail?" flag (no answer to our pings, which run every
+// ProbeInterval, for SuspectAfter = 7/8 T) comes first. Both are about T
+// after the death, as Disque's PFAIL is: a node down for less than the node
+// timeout still counts as reachable, so a synchronous ADDJOB picks it and
+// its REPLJOB is sent again when it is back (Disque's test suite restarts a
+// node and kills it again within about a second, and expects that).
 type gossipTimings struct {
 	ProbeInterval, ProbeTimeout, GossipInterval time.Duration
 	PushPullInterval, TCPTimeout, GossipToDead  time.Duration
@@ -124,9 +128,9 @@ func timingsFor(t time.Duration) gossipTimings {
 		PushPullInterval:        clampDuration(t/2, time.Second, 30*time.Second),
 		TCPTimeout:              clampDuration(t, time.Second, 10*time.Second),
 		GossipToDead:            clampDuration(4*t, 10*time.Second, 60*time.Second),
-		SuspicionMult:           5,
-		SuspicionMaxTimeoutMult: 2,
-		SuspectAfter:            t / 2,
+		SuspicionMult:           8,
+		SuspicionMaxTimeoutMult: 1,
+		SuspectAfter:            7 * t / 8,
 	}
 }
 
