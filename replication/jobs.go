@@ -150,15 +150,17 @@ func (j *Jobs) Start(b *queue.Broker, t Transport) error {
 	j.broker, j.tr = b, t
 	j.mu.Unlock()
 	j.bound.Store(b)
-	if err := j.resume(); err != nil {
-		return err
-	}
+	// The loop runs whatever resume finds: Close waits for it, and new
+	// acks need it. A resume that fails (the store failed or its index is
+	// corrupt, and the node is about to reopen it) leaves the rest to the
+	// next Start.
+	err := j.resume()
 	if j.cfg.AckRetryTick > 0 {
 		go j.ackLoop()
 	} else {
 		close(j.done)
 	}
-	return nil
+	return err
 }
 
 // Close stops the ack-retry loop and wakes every waiting Replicate (which
