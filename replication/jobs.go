@@ -151,15 +151,16 @@ func (j *Jobs) Start(b *queue.Broker, t Transport) error {
 	j.broker, j.tr = b, t
 	j.mu.Unlock()
 	j.bound.Store(b)
-	if err := j.resume(); err != nil {
-		return err
-	}
+	// A resume that fails (a corrupt index met by its scan) still starts
+	// the loop: Close waits for it, and the node closes this Jobs to
+	// reopen its store.
+	err := j.resume()
 	if j.cfg.AckRetryTick > 0 {
 		go j.ackLoop()
 	} else {
 		close(j.done)
 	}
-	return nil
+	return err
 }
 
 // Close stops the ack-retry loop and wakes every waiting Replicate (which

@@ -207,3 +207,38 @@ func TestAckJobOnAStrangerCollectsTheCopies(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestCloseAfterAFailedResume: Start whose resume fails (here the store is
+// closed; in the daemon a corrupt index met by the scan, which then
+// reopens the node) must still let Close return: it waited for an
+// ack-retry loop that was never started, and the node's reopen hung.
+func TestCloseAfterAFailedResume(t *testing.T) {
+	opts := storage.TestingOptions()
+	opts.FS, opts.Logger = vfs.NewMem(), quietLog()
+	st, err := storage.Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := NewJobs(JobsConfig{ID: st.NodeID(), Peers: staticPeers{&testCluster{}, st.NodeID()}, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := queue.New(queue.Options{Store: st, Cluster: j, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Start(b, NewMemNetwork().Join(st.NodeID(), j.Handle)); err == nil {
+		t.Fatal("Start over a closed store resumed nothing and said nothing")
+	}
+	closed := make(chan struct{})
+	go func() { j.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close after a failed Start did not return")
+	}
+}
