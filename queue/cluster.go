@@ -27,7 +27,8 @@ type Cluster interface {
 	// batch, so pipelined ADDJOBs share REPLJOB messages. res[i] is job
 	// i's outcome.
 	Replicate(jobs []Replication) []ReplicationResult
-	// ReplicateAsync sends the jobs (already queued here) to Job.Repl−1
+	// ReplicateAsync sends the jobs (wait-repl here: queued once the
+	// nodes returned are recorded) to Job.Repl−1
 	// other nodes without waiting for them (ADDJOB ASYNC) and returns the
 	// nodes each was sent to, this node first.
 	ReplicateAsync(jobs []Replication) [][]string

@@ -98,9 +98,12 @@
 // its DELAY; one not confirmed by min(ms-timeout, TTL) is deleted here
 // (the cluster deleted the copies it sent) and its ADDJOB fails with
 // ErrReplTimeout. Fewer than n−1 reachable peers at the start is ErrNoRepl,
-// and nothing is stored. ASYNC jobs are queued and answered at once; their
-// copies are sent after the batch is durable (ReplicateAsync) and the
-// nodes they went to recorded.
+// and nothing is stored. ASYNC jobs are applied in wait-repl too; their
+// copies are sent after the batch is durable (ReplicateAsync), not waited
+// for, and each job is queued with the nodes they went to (NODES) and then
+// answered: queued any earlier, a consumer could take and ack it while
+// its node list said no other node held it, and its copies would never
+// be collected.
 //
 // In a cluster ACKJOB acks (instead of deleting) a job other nodes may
 // hold and hands it to Cluster.Acked, which collects the copies and then

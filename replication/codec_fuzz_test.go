@@ -17,6 +17,7 @@ func FuzzDecodePayloads(f *testing.F) {
 	f.Add(encodeReplJobs(false, []replJob{{Job: job, Body: []byte("body")}}))
 	f.Add(encodeIDs([]string{id, id}))
 	f.Add(encodeGotAcks([]string{id}, []bool{true}))
+	f.Add(encodeSetAcks([]string{id}, []int{3}))
 	f.Add([]byte{1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		if noReply, jobs, err := decodeReplJobs(p); err == nil {
@@ -29,6 +30,11 @@ func FuzzDecodePayloads(f *testing.F) {
 		if ids, err := decodeIDs(p); err == nil {
 			if again, err := decodeIDs(encodeIDs(ids)); err != nil || len(again) != len(ids) {
 				t.Fatalf("id list round trip: %x: %v", p, err)
+			}
+		}
+		if ids, mayhave, err := decodeSetAcks(p); err == nil {
+			if again, m2, err := decodeSetAcks(encodeSetAcks(ids, mayhave)); err != nil || len(again) != len(ids) || len(m2) != len(ids) {
+				t.Fatalf("SETACK round trip: %x: %v", p, err)
 			}
 		}
 		if ids, known, err := decodeGotAcks(p); err == nil {

@@ -157,17 +157,24 @@
 //     node, and the REPLJOB again to the nodes that did not answer (so a
 //     node whose link came back gets it). A receiver stores the copy
 //     (queue.Broker.ReplicaAdd: idempotent, active, not queued, durable
-//     per its fsync policy) and answers GOTJOB. At the job's deadline,
-//     DELJOB to every node it was sent to.
-//   - ReplicateAsync: the same REPLJOB flagged no-reply, not waited for.
+//     per its fsync policy; a copy it has learns the nodes of a longer
+//     list) and answers GOTJOB. At the job's deadline, DELJOB to every
+//     node it was sent to.
+//   - ReplicateAsync: the same REPLJOB flagged no-reply, not waited for;
+//     the origin queues the job once it has recorded where they went.
 //   - Acked: SETACK to every holder not yet confirmed (a dummy ack: to
 //     every known node), again after 1 s doubling to 180 s (± 500 ms)
 //     until all answered GOTACK; then DELJOB to all and the job is deleted
-//     here. A receiver acks the job (a queued copy leaves its queue; an
-//     unknown id leaves a dummy ack) and answers GOTACK with whether it
-//     knew it; a dummy ack that reaches a node that knows the job leaves
-//     the collection to it and goes; one that nobody knows stays until its
-//     TTL and is no longer retried. Start resumes the collection of every
+//     here. Each SETACK says how many nodes the sender knows may hold the
+//     job (mayhave; 0 for a dummy ack). A receiver acks the job (a queued
+//     copy leaves its queue; an unknown id leaves a dummy ack) and answers
+//     GOTACK with whether it knew it — unless it knows more holders than
+//     mayhave: then it collects the job itself, and answers only a dummy
+//     ack's SETACK (as Disque). A dummy ack that reaches a node that knows
+//     the job leaves the collection to it and goes; one that nobody knows
+//     stays until its TTL and is no longer retried. A DELJOB for a job
+//     being collected here too ends that collection with DELJOB to its
+//     targets (clearing the dummy acks its SETACKs left). Start resumes the collection of every
 //     acked job on disk, and deletes the jobs a restart left in wait-repl
 //     (their ADDJOB was never answered; DELJOB to every node).
 //   - FastAcked: DELJOB to the job's holders (every node for an id unknown

@@ -100,6 +100,7 @@ type pendingRepl struct {
 type ackGC struct {
 	dummy     bool            // a dummy ack: SETACK to every node
 	targets   []string        // the other nodes that may hold a copy
+	mayhave   int             // SETACK's: the nodes that may hold it, this one included (0: dummy)
 	confirmed map[string]bool // targets that answered GOTACK
 	retries   int             // SETACK rounds sent
 	next      time.Time       // when the next round is due
