@@ -62,8 +62,11 @@ type Jobs struct {
 	// Set by Start, read-only afterwards.
 	broker *queue.Broker
 	tr     Transport
-	// bound is broker, for self, which runs under mu too.
-	bound atomic.Pointer[queue.Broker]
+	// bound is broker, for self, which runs under mu too; boundTr is tr,
+	// for send. Both nil until Start: the daemon serves clients a moment
+	// before the bus is up, and a Jobs not started replicates nothing.
+	bound   atomic.Pointer[queue.Broker]
+	boundTr atomic.Pointer[Transport]
 
 	// mu guards the maps below. It is a leaf: never held across a broker
 	// call, a transport Send or a wait.
@@ -151,6 +154,7 @@ func (j *Jobs) Start(b *queue.Broker, t Transport) error {
 	j.broker, j.tr = b, t
 	j.mu.Unlock()
 	j.bound.Store(b)
+	j.boundTr.Store(&t)
 	// The loop runs whatever resume finds: Close waits for it, and new
 	// acks need it. A resume that fails (the store failed or its index is
 	// corrupt, and the node is about to reopen it) leaves the rest to the
@@ -200,6 +204,9 @@ func (j *Jobs) KnownNodes() int { return max(len(j.cfg.Peers.Nodes()), 1) }
 func (j *Jobs) ReachablePeers() int { return len(j.reachableIDs()) }
 
 func (j *Jobs) reachableIDs() []string {
+	if j.boundTr.Load() == nil {
+		return nil // not started: no link to any node yet
+	}
 	var ids []string
 	for _, n := range j.cfg.Peers.Reachable() {
 		if n.ID != j.self() && !n.Myself && !n.Leaving {
@@ -231,7 +238,11 @@ func (j *Jobs) nowMillis() int64 { return j.cfg.Now().UnixMilli() }
 // send sends one message, counting a failure only in the log at debug:
 // the protocol retries what matters.
 func (j *Jobs) send(to string, typ MsgType, payload []byte) {
-	if err := j.tr.Send(to, Message{Type: typ, Payload: payload}); err != nil {
+	tr := j.boundTr.Load()
+	if tr == nil {
+		return // not started: reachableIDs found no node to send to
+	}
+	if err := (*tr).Send(to, Message{Type: typ, Payload: payload}); err != nil {
 		j.log.Debug("replication: send", "to", to, "type", typ, "err", err)
 	}
 }
