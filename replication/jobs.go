@@ -84,8 +84,10 @@ type JobsStats struct {
 	ReplJobsSent, GotJobsReceived int64
 	SetAcksSent, GotAcksReceived  int64
 	DelJobsSent                   int64
-	BadPayloads                   int64 // messages dropped as malformed
-	PendingAcks, PendingRepl      int   // now
+	// WILLQUEUE, QUEUED, WORKING and PAUSE messages sent.
+	WillQueuesSent, QueuedSent, WorkingsSent, PausesSent int64
+	BadPayloads                                          int64 // messages dropped as malformed
+	PendingAcks, PendingRepl                             int   // now
 }
 
 // pendingRepl is one job of a Replicate call.
