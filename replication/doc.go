@@ -173,7 +173,6 @@
 //     (their ADDJOB was never answered; DELJOB to every node).
 //   - FastAcked: DELJOB to the job's holders (every node for an id unknown
 //     here), no confirmation.
-//
 //   - WillQueue, Queued, Working (jobs_queueing.go): WILLQUEUE, QUEUED
 //     (each job with the counter to bump: none, nacks, additional
 //     deliveries) and WORKING to each job's other holders (its nodes), at
