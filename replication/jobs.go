@@ -146,21 +146,23 @@ func NewJobs(cfg JobsConfig) (*Jobs, error) {
 // Start binds the broker and the transport (whose handler is j.Handle),
 // resumes the work a restart left — the collection of every acked job on
 // disk, and the deletion of jobs left in wait-repl (their ADDJOB never
-// answered: DELJOB to every node) — and starts the ack-retry loop.
+// answered: DELJOB to every node) — and starts the ack-retry loop, even
+// when the resume fails (its error is returned).
 func (j *Jobs) Start(b *queue.Broker, t Transport) error {
 	j.mu.Lock()
 	j.broker, j.tr = b, t
 	j.mu.Unlock()
 	j.bound.Store(b)
-	if err := j.resume(); err != nil {
-		return err
-	}
+	// A resume that fails (a damaged index) still leaves the protocol
+	// running, its loop included: Close waits for the loop once a broker
+	// is bound, and new messages are still answered.
+	err := j.resume()
 	if j.cfg.AckRetryTick > 0 {
 		go j.ackLoop()
 	} else {
 		close(j.done)
 	}
-	return nil
+	return err
 }
 
 // Close stops the ack-retry loop and wakes every waiting Replicate (which
