@@ -113,6 +113,32 @@
 // copy, active and not queued), RemoteSetAck (SETACK) and RemoteDelJob
 // (DELJOB) (remote.go).
 //
+// About one queued copy (remote_queueing.go). Every holder of a job runs
+// its own requeue timer (RETRY ± 500 ms). While other nodes are known
+// (Clustered, read by Tick outside the lock), each retry event in the wheel
+// has a wheel-only companion, eventWillQueue, WillQueueAdvance (500 ms)
+// earlier: if the job is then still active, due at that retry and held
+// elsewhere (its nodes name another node), Tick hands it to
+// Cluster.WillQueue. A requeue of such a job is handed to Cluster.Queued
+// with BumpDeliveries, and counts an additional delivery here even on a
+// copy never delivered here (Batch.Postpone in the same batch), as every
+// receiver does; NACK hands its jobs over with BumpNacks, ENQUEUE with
+// BumpDeliveries (counted here too) unless it is a delayed job's first
+// queueing. WORKING hands its job to Cluster.Working. Tick collects these
+// under Broker.mu and sends them once the chunk is durable and the lock
+// released; the commands send after their batch. Incoming: RemoteWillQueue
+// adds the sender to the job's nodes and returns the jobs queued here (the
+// caller answers QUEUED) and those acked (it answers SETACK);
+// RemoteQueued postpones each copy's requeue by its RETRY, bumps the
+// counter, and dequeues a queued copy unless this node wins TieBreak
+// against the sender; RemoteWorking postpones and always dequeues;
+// RemotePause applies a broadcast pause state (BroadcastPause sends one,
+// PAUSE … BCAST). None of them calls the cluster. So after a RETRY with no
+// ack about one copy is queued: the node that queues first makes the others
+// postpone, simultaneous ones are settled by the tie-break (the greatest
+// keeps its copy, and it is never dequeued by a smaller one, so one stays),
+// and a holder that dies leaves the others' timers running.
+//
 // # Time
 //
 // Options.Now is the only clock. Run reads it to drive the timers; Tick

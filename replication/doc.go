@@ -145,10 +145,11 @@
 //
 // # Job protocol
 //
-// Jobs (jobs.go, ackgc.go, jobs_handle.go) is Disque's job protocol over a
-// Transport and implements queue.Cluster for the broker. Its payloads are
-// in codec.go (versioned; decoding is bounded by the payload, and a
-// malformed one is dropped, logged and counted, never a panic).
+// Jobs (jobs.go, ackgc.go, jobs_handle.go, jobs_queueing.go) is Disque's
+// job protocol over a Transport and implements queue.Cluster for the
+// broker. Its payloads are in codec.go and jobs_queueing_codec.go
+// (versioned; decoding is bounded by the payload, and a malformed one is
+// dropped, logged and counted, never a panic).
 //
 //   - Replicate: REPLJOB to Repl−1 reachable nodes (Peers, membership)
 //     chosen at random, one message per node carrying every job of the
@@ -179,10 +180,20 @@
 //     (their ADDJOB was never answered; DELJOB to every node).
 //   - FastAcked: DELJOB to the job's holders (every node for an id unknown
 //     here), no confirmation.
+//   - WillQueue, Queued, Working (jobs_queueing.go): WILLQUEUE, QUEUED
+//     (each job with the counter to bump: none, nacks, additional
+//     deliveries) and WORKING to each job's other holders (its nodes), at
+//     most 4096 ids a message. A receiver hands them to the broker
+//     (RemoteWillQueue, RemoteQueued, RemoteWorking), which decides (queue's
+//     doc "About one queued copy"); Jobs answers a WILLQUEUE for a job
+//     queued here with QUEUED to its holders, and any of the three for a
+//     job acked here with SETACK to the sender, which joins the job's
+//     collection.
+//   - Paused: PAUSE (the queue's state) to every known node; a receiver
+//     applies it (RemotePause) and sends it on to nobody.
 //
 // Jobs.mu is a leaf: it is never held across a broker call, a Send or a
 // wait. The broker never calls Jobs under its own locks, and Jobs calls the
 // broker only from Replicate's caller, the links' handlers and the
-// ack-retry loop. Not built yet: WILLQUEUE/QUEUED, WORKING, NACK/ENQUEUE
-// and PAUSE broadcasts, NEEDJOBS/YOURJOBS, external replication.
+// ack-retry loop. Not built yet: NEEDJOBS/YOURJOBS, external replication.
 package replication

@@ -87,8 +87,10 @@ type JobsStats struct {
 	ReplJobsSent, GotJobsReceived int64
 	SetAcksSent, GotAcksReceived  int64
 	DelJobsSent                   int64
-	BadPayloads                   int64 // messages dropped as malformed
-	PendingAcks, PendingRepl      int   // now
+	// WILLQUEUE, QUEUED, WORKING and PAUSE messages sent.
+	WillQueuesSent, QueuedSent, WorkingsSent, PausesSent int64
+	BadPayloads                                          int64 // messages dropped as malformed
+	PendingAcks, PendingRepl                             int   // now
 }
 
 // pendingRepl is one job of a Replicate call.
@@ -148,7 +150,8 @@ func NewJobs(cfg JobsConfig) (*Jobs, error) {
 // Start binds the broker and the transport (whose handler is j.Handle),
 // resumes the work a restart left — the collection of every acked job on
 // disk, and the deletion of jobs left in wait-repl (their ADDJOB never
-// answered: DELJOB to every node) — and starts the ack-retry loop.
+// answered: DELJOB to every node) — and starts the ack-retry loop, even
+// when the resume fails (its error is returned).
 func (j *Jobs) Start(b *queue.Broker, t Transport) error {
 	j.mu.Lock()
 	j.broker, j.tr = b, t

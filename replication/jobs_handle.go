@@ -40,6 +40,26 @@ func (j *Jobs) Handle(from string, m Message) {
 		if ids, err = decodeIDs(m.Payload); err == nil {
 			j.delJobs(ids)
 		}
+	case MsgWillQueue:
+		var ids []string
+		if ids, err = decodeIDs(m.Payload); err == nil {
+			j.willQueue(from, ids)
+		}
+	case MsgQueued:
+		var qs []queue.RemoteQueuedJob
+		if qs, err = decodeQueued(m.Payload); err == nil {
+			j.queued(from, qs)
+		}
+	case MsgWorking:
+		var ids []string
+		if ids, err = decodeIDs(m.Payload); err == nil {
+			j.working(from, ids)
+		}
+	case MsgPause:
+		name, state, e := decodePause(m.Payload)
+		if err = e; err == nil {
+			j.pause(from, name, state)
+		}
 	}
 	if err != nil {
 		j.count(func(s *JobsStats) { s.BadPayloads++ })
