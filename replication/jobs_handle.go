@@ -39,6 +39,8 @@ func (j *Jobs) Handle(from string, m Message) {
 		if ids, err = decodeIDs(m.Payload); err == nil {
 			j.delJobs(ids)
 		}
+	case MsgEnqueue:
+		err = j.handleEnqueue(from, m.Payload)
 	}
 	if err != nil {
 		j.count(func(s *JobsStats) { s.BadPayloads++ })
@@ -104,6 +106,7 @@ func (j *Jobs) setAcks(from string, ids []string) {
 		return // no GOTACK: the sender tries again
 	}
 	j.send(from, MsgGotAck, encodeGotAcks(ids, known))
+	j.takeOverCollection(from, ids, known)
 }
 
 // delJobs deletes the copies (DELJOB) and forgets their collection.
