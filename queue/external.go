@@ -42,8 +42,8 @@ const (
 	ExternalOutOfDisk
 )
 
-// required reports whether the job must not be kept here at all.
-func (e External) required() bool { return e >= ExternalLeaving }
+// Required reports whether the job must not be kept here at all.
+func (e External) Required() bool { return e >= ExternalLeaving }
 
 func (e External) reason() string {
 	switch e {
@@ -111,7 +111,7 @@ func (b *Broker) addMixed(reqs []AddRequest) []AddResult {
 		switch {
 		case external:
 			ext, extIdx = append(ext, r), append(extIdx, i)
-		case r.External.required():
+		case r.External.Required():
 			out[i].Err = b.externalRefusal(r, reachable, canExt)
 		default:
 			r.External = ExternalNo
