@@ -172,10 +172,25 @@
 //     (their ADDJOB was never answered; DELJOB to every node).
 //   - FastAcked: DELJOB to the job's holders (every node for an id unknown
 //     here), no confirmation.
+//   - A SETACK from a node that is not among a job's holders (a dummy ack:
+//     ACKJOB on a node that never had it, such as the origin of an
+//     externally replicated job) acks the copy and, on the holder with the
+//     greatest id of the job's node list, starts its collection
+//     (takeOverCollection, Disque's tryJobGC): one collector, so no second
+//     one's late SETACK leaves dummy acks behind the first.
+//   - External replication (jobs_external.go, queue.ExternalCluster):
+//     ReplicateExternal is Replicate with Repl *other* nodes to confirm
+//     and the copies' node list without this node; once confirmed, ENQUEUE
+//     (ids and the DELAY left, ms) to one confirming node at random.
+//     ReplicateExternalAsync sends no-reply REPLJOBs and the ENQUEUE at
+//     once, on the same ordered link as that node's copy. The receiver
+//     queues a copy that is active and undelivered
+//     (queue.Broker.RemoteEnqueue). A lost ENQUEUE leaves the copies to
+//     requeue at their RETRY.
 //
 // Jobs.mu is a leaf: it is never held across a broker call, a Send or a
 // wait. The broker never calls Jobs under its own locks, and Jobs calls the
 // broker only from Replicate's caller, the links' handlers and the
 // ack-retry loop. Not built yet: WILLQUEUE/QUEUED, WORKING, NACK/ENQUEUE
-// and PAUSE broadcasts, NEEDJOBS/YOURJOBS, external replication.
+// and PAUSE broadcasts, NEEDJOBS/YOURJOBS.
 package replication
