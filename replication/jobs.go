@@ -155,15 +155,15 @@ func (j *Jobs) Start(b *queue.Broker, t Transport) error {
 	j.broker, j.tr = b, t
 	j.mu.Unlock()
 	j.bound.Store(b)
-	if err := j.resume(); err != nil {
-		return err
-	}
+	// The loop runs (and Close can wait for it) even when the resume
+	// failed: the protocol goes on with new messages.
+	err := j.resume()
 	if j.cfg.AckRetryTick > 0 {
 		go j.ackLoop()
 	} else {
 		close(j.done)
 	}
-	return nil
+	return err
 }
 
 // Close stops the ack-retry loop and wakes every waiting Replicate (which
