@@ -23,6 +23,10 @@ type AddRequest struct {
 	// Timeout is ADDJOB's ms-timeout: how long a synchronous replication
 	// may take, in milliseconds (0 = until the job's TTL).
 	Timeout int64
+	// External: keep no copy here, replicate to Replicate other nodes and
+	// have one of them queue the job (external.go); the server sets it
+	// when this node is leaving or short of memory or disk.
+	External External
 }
 
 // AddResult is the outcome of one AddRequest.
@@ -44,6 +48,9 @@ func DefaultRetry(ttl int64) int64 { return max(min(ttl/10, 300), 1) }
 // that replicate are handed to the cluster together, once the batch is
 // durable and the combiner's round is over (replRound).
 func (b *Broker) AddJobs(reqs []AddRequest) []AddResult {
+	if slices.ContainsFunc(reqs, func(r AddRequest) bool { return r.External != ExternalNo }) {
+		return b.addMixed(reqs)
+	}
 	call := &addCall{reqs: reqs, out: make([]AddResult, len(reqs))}
 	b.adds.run(call, b.addCalls)
 	if call.repl != nil {

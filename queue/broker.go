@@ -106,6 +106,9 @@ type Stats struct {
 	// JobsUnreadable counts jobs GETJOB found with a body it could not
 	// read from the AOF (left undelivered, or left out of a reply).
 	JobsUnreadable int64
+	// JobsExternal counts the jobs added with no copy here (external
+	// replication), not in JobsAdded.
+	JobsExternal   int64
 	BlockedClients int
 }
 

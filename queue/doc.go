@@ -105,6 +105,25 @@
 // its node list said no other node held it, and its copies would never
 // be collected.
 //
+// External replication (external.go): a request with AddRequest.External
+// (the server sets it when the node is leaving or short of memory or disk)
+// keeps nothing in this node's store, not even a wait-repl entry. Its id
+// is made here (storage.NewJobID, this node's prefix) and the job handed,
+// outside every broker lock, to the cluster's ExternalCluster: REPLICATE
+// other nodes must confirm a copy, and one of them queues it (ENQUEUE,
+// arriving through RemoteEnqueue); a timeout is ErrReplTimeout as usual.
+// A required one that too few peers can take fails (a *NoReplError, an
+// ErrNoRepl); a preferred one takes the usual path. PAUSE-in and MAXLEN are
+// checked against this node's queue, as in Disque. A crash before the reply
+// may leave copies on the nodes reached, which requeue after RETRY: never
+// an acknowledged job lost, at worst an unacknowledged one delivered.
+//
+// Memory pressure (external_memory.go): SweepIdleQueues forgets empty
+// idle queues at once (the server calls it over maxmemory, with a 2 s
+// idle time instead of the minute of the timers' sweep); RegisteredQueues
+// counts the queues with jobs and the empty ones still known; FlushAll
+// forgets every queue nobody waits on.
+//
 // In a cluster ACKJOB acks (instead of deleting) a job other nodes may
 // hold and hands it to Cluster.Acked, which collects the copies and then
 // deletes it here; an unknown at-least-once id leaves a dummy ack.

@@ -473,8 +473,8 @@ func (b *Broker) PauseState(name string) storage.PauseState { return b.st.PauseS
 
 // FlushAll deletes every job and lifts every pause (DEBUG FLUSHALL): one
 // store record of range deletions, whatever the number of jobs, and the
-// broker's heads and timers start afresh. Blocked GETJOB clients keep
-// waiting.
+// broker's heads and timers start afresh; queues nobody waits on are
+// forgotten. Blocked GETJOB clients keep waiting.
 func (b *Broker) FlushAll() error {
 	b.mu.Lock()
 	if err := b.checkOpenLocked(); err != nil {
@@ -482,7 +482,11 @@ func (b *Broker) FlushAll() error {
 		return err
 	}
 	p := b.st.FlushAll()
-	for _, q := range b.queues {
+	for name, q := range b.queues {
+		if len(q.waiters) == 0 {
+			delete(b.queues, name) // gone, as in Disque (registered_queues)
+			continue
+		}
 		q.head = NewHead(b.opts.HeadSize) // complete and empty, like the queue
 		q.unreadable = nil
 	}

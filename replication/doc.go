@@ -191,9 +191,18 @@
 //     collection.
 //   - Paused: PAUSE (the queue's state) to every known node; a receiver
 //     applies it (RemotePause) and sends it on to nobody.
+//   - External replication (jobs_external.go, queue.ExternalCluster):
+//     ReplicateExternal is Replicate with Repl *other* nodes to confirm
+//     and the copies' node list without this node; once confirmed, ENQUEUE
+//     (ids and the DELAY left, ms) to one confirming node at random.
+//     ReplicateExternalAsync sends no-reply REPLJOBs and the ENQUEUE at
+//     once, on the same ordered link as that node's copy. The receiver
+//     queues a copy that is active and undelivered
+//     (queue.Broker.RemoteEnqueue). A lost ENQUEUE leaves the copies to
+//     requeue at their RETRY.
 //
 // Jobs.mu is a leaf: it is never held across a broker call, a Send or a
 // wait. The broker never calls Jobs under its own locks, and Jobs calls the
 // broker only from Replicate's caller, the links' handlers and the
-// ack-retry loop. Not built yet: NEEDJOBS/YOURJOBS, external replication.
+// ack-retry loop. Not built yet: NEEDJOBS/YOURJOBS (federation).
 package replication

@@ -89,8 +89,10 @@ type JobsStats struct {
 	DelJobsSent                   int64
 	// WILLQUEUE, QUEUED, WORKING and PAUSE messages sent.
 	WillQueuesSent, QueuedSent, WorkingsSent, PausesSent int64
-	BadPayloads                                          int64 // messages dropped as malformed
-	PendingAcks, PendingRepl                             int   // now
+	// ENQUEUEs of external replication (jobs_external.go), in jobs.
+	EnqueuesSent, EnqueuesReceived int64
+	BadPayloads                    int64 // messages dropped as malformed
+	PendingAcks, PendingRepl       int   // now
 }
 
 // pendingRepl is one job of a Replicate call.
@@ -99,6 +101,9 @@ type pendingRepl struct {
 	sent      []string        // nodes sent to, in order
 	confirmed map[string]bool // nodes that answered GOTJOB
 	wake      chan struct{}   // the Replicate call's, buffered 1
+	// external: this node keeps no copy (jobs_external.go): need is
+	// Repl, and the copies' node list is sent alone.
+	external bool
 }
 
 // ackGC is the collection of one acked job's copies.
@@ -257,6 +262,11 @@ func (j *Jobs) send(to string, typ MsgType, payload []byte) {
 // came back gets it); at a job's deadline, DELJOB to every node it was
 // sent to.
 func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
+	return j.replicate(jobs, false)
+}
+
+// replicate is Replicate, or with external ReplicateExternal.
+func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.ReplicationResult {
 	out := make([]queue.ReplicationResult, len(jobs))
 	wake := make(chan struct{}, 1)
 	reach := j.reachableIDs()
@@ -267,7 +277,10 @@ func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 		return out
 	}
 	for i, r := range jobs {
-		p := &pendingRepl{need: int(r.Job.Repl) - 1, confirmed: map[string]bool{}, wake: wake}
+		p := &pendingRepl{need: int(r.Job.Repl) - 1, confirmed: map[string]bool{}, wake: wake, external: external}
+		if external {
+			p.need++
+		}
 		p.sent = pick(reach, nil, p.need)
 		prs[i] = p
 		j.repl[r.Job.ID] = p
@@ -292,6 +305,7 @@ func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 		now := j.nowMillis()
 		var resend []int
 		var dels map[string][]string
+		var enq enqueues
 		j.mu.Lock()
 		closed := j.closed
 		for i, r := range jobs {
@@ -302,10 +316,13 @@ func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 			switch {
 			case len(p.confirmed) >= p.need:
 				finished[i], left = true, left-1
-				out[i] = queue.ReplicationResult{OK: true, Nodes: append([]string{j.self()}, p.sent...)}
+				out[i] = queue.ReplicationResult{OK: true, Nodes: j.nodeList(p)}
+				if external {
+					enq.add(p, r.Job, now)
+				}
 			case closed || r.Deadline != 0 && now >= r.Deadline:
 				finished[i], left = true, left-1
-				out[i] = queue.ReplicationResult{Nodes: append([]string{j.self()}, p.sent...)}
+				out[i] = queue.ReplicationResult{Nodes: j.nodeList(p)}
 				for _, n := range p.sent {
 					if dels == nil {
 						dels = map[string][]string{}
@@ -317,6 +334,7 @@ func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 			}
 		}
 		j.mu.Unlock()
+		j.sendEnqueues(enq)
 		for n, ids := range dels {
 			j.send(n, MsgDelJob, encodeIDs(ids))
 			j.count(func(s *JobsStats) { s.DelJobsSent++ })
@@ -371,7 +389,7 @@ func (j *Jobs) sendRepl(jobs []queue.Replication, prs []*pendingRepl, nodes [][]
 	for i, r := range jobs {
 		var list, targets []string
 		if prs != nil {
-			list = append([]string{j.self()}, prs[i].sent...)
+			list = j.nodeList(prs[i])
 			for _, n := range prs[i].sent {
 				if !prs[i].confirmed[n] {
 					targets = append(targets, n)

@@ -60,6 +60,8 @@ func (j *Jobs) Handle(from string, m Message) {
 		if err = e; err == nil {
 			j.pause(from, name, state)
 		}
+	case MsgEnqueue:
+		err = j.handleEnqueue(from, m.Payload)
 	}
 	if err != nil {
 		j.count(func(s *JobsStats) { s.BadPayloads++ })
