@@ -19,10 +19,14 @@ type AddRequest struct {
 	Retry     int64 // seconds, 0 = at-most-once
 	Delay     int64 // seconds, < TTL
 	MaxLen    int64 // refuse if the queue already has this many jobs; 0 = off
-	Async     bool  // ADDJOB ASYNC: reply before replication
+	Async     bool  // ADDJOB ASYNC: reply once the copies are sent, not confirmed
 	// Timeout is ADDJOB's ms-timeout: how long a synchronous replication
 	// may take, in milliseconds (0 = until the job's TTL).
 	Timeout int64
+	// External: keep no copy here, replicate to Replicate other nodes and
+	// have one of them queue the job (external.go); the server sets it
+	// when this node is leaving or short of memory or disk.
+	External External
 }
 
 // AddResult is the outcome of one AddRequest.
@@ -44,6 +48,9 @@ func DefaultRetry(ttl int64) int64 { return max(min(ttl/10, 300), 1) }
 // that replicate are handed to the cluster together, once the batch is
 // durable and the combiner's round is over (replRound).
 func (b *Broker) AddJobs(reqs []AddRequest) []AddResult {
+	if slices.ContainsFunc(reqs, func(r AddRequest) bool { return r.External != ExternalNo }) {
+		return b.addMixed(reqs)
+	}
 	call := &addCall{reqs: reqs, out: make([]AddResult, len(reqs))}
 	b.adds.run(call, b.addCalls)
 	if call.repl != nil {
@@ -146,7 +153,7 @@ func (b *Broker) addCalls(calls []*addCall) {
 			}
 			req := r.call.reqs[r.i]
 			item := replItem{call: r.call, i: r.i, Replication: Replication{Job: j, Body: req.Body}}
-			if j.State == storage.StateWaitRepl {
+			if !req.Async {
 				item.Deadline = j.Etime
 				if req.Timeout > 0 {
 					item.Deadline = min(item.Deadline, now+req.Timeout)
@@ -175,7 +182,7 @@ type replRound struct {
 	once    sync.Once
 	pending storage.Pending
 	sync    []replItem // wait-repl: replicated, then queued (or deleted)
-	async   []replItem // queued already: copies sent, not waited for
+	async   []replItem // wait-repl: copies sent, not waited for, then queued
 }
 
 // replItem is one job of a replRound and the request it answers.
@@ -187,54 +194,56 @@ type replItem struct {
 
 // replicateRound hands a round's jobs to the cluster and finishes them: a
 // synchronous job that enough nodes confirmed gets its nodes and is queued
-// (or left for its DELAY), one that timed out is deleted here; the nodes
-// an asynchronous one was sent to are recorded. It writes the results of
-// the round's requests (each call's own slots, read by its AddJobs after
-// once.Do returns).
+// (or left for its DELAY), one that timed out is deleted here; an
+// asynchronous one gets the nodes its copies were sent to and is queued —
+// only then, so that a consumer cannot take and ack it while its node
+// list still says only this node holds it (its copies would never be
+// collected). The async jobs finish before the sync ones are waited for.
+// It writes the results of the round's requests (each call's own slots,
+// read by its AddJobs after once.Do returns).
 func (b *Broker) replicateRound(r *replRound) {
 	if err := r.pending.Wait(); err != nil {
-		for _, it := range r.sync {
+		for _, it := range append(r.sync, r.async...) {
 			it.call.out[it.i] = AddResult{Err: wrapStore(err)}
 		}
-		return // the async jobs fail through their own call's Wait
+		return
 	}
-	var nodes [][]string
-	var ok []bool
-	var items []replItem
+	finish := func(items []replItem, nodes [][]string, ok []bool) {
+		outcome, err := b.finishReplication(items, nodes, ok)
+		for k, it := range items {
+			switch {
+			case err != nil:
+				it.call.out[it.i] = AddResult{Err: err}
+			case outcome[k] != nil:
+				it.call.out[it.i] = AddResult{Err: outcome[k]}
+			default:
+				it.call.out[it.i] = AddResult{ID: it.Job.ID}
+			}
+		}
+	}
 	if len(r.async) > 0 {
 		jobs := make([]Replication, len(r.async))
 		for k, it := range r.async {
 			jobs[k] = it.Replication
 		}
-		for _, n := range b.cluster.ReplicateAsync(jobs) {
-			nodes, ok = append(nodes, n), append(ok, true)
+		nodes := b.cluster.ReplicateAsync(jobs)
+		ok := make([]bool, len(nodes))
+		for k := range ok {
+			ok[k] = true
 		}
-		items = append(items, r.async...)
+		finish(r.async, nodes, ok)
 	}
 	if len(r.sync) > 0 {
 		jobs := make([]Replication, len(r.sync))
 		for k, it := range r.sync {
 			jobs[k] = it.Replication
 		}
+		var nodes [][]string
+		var ok []bool
 		for _, res := range b.cluster.Replicate(jobs) {
 			nodes, ok = append(nodes, res.Nodes), append(ok, res.OK)
 		}
-		items = append(items, r.sync...)
-	}
-	outcome, err := b.finishReplication(items, nodes, ok)
-	for k, it := range items {
-		sync := it.Job.State == storage.StateWaitRepl
-		switch {
-		case !sync:
-			// Queued and told already: a failure to record its nodes
-			// leaves it with fewer holders known (logged), not an error.
-		case err != nil:
-			it.call.out[it.i] = AddResult{Err: err}
-		case outcome[k] != nil:
-			it.call.out[it.i] = AddResult{Err: outcome[k]}
-		default:
-			it.call.out[it.i] = AddResult{ID: it.Job.ID}
-		}
+		finish(r.sync, nodes, ok)
 	}
 }
 
@@ -425,9 +434,11 @@ func (b *Broker) newJob(r AddRequest, now int64) *storage.Job {
 		Nodes: b.selfNodes,
 	}
 	switch {
-	case r.Replicate > 1 && !r.Async:
+	case r.Replicate > 1:
 		// Two-phase: stored, then replicated, then queued (or left for its
-		// DELAY, whose event fires once it is active).
+		// DELAY, whose event fires once it is active). ASYNC too: it is
+		// queued once the nodes its copies went to are recorded, so an
+		// ACKJOB always knows where they are.
 		j.State = storage.StateWaitRepl
 		if r.Delay > 0 {
 			j.AwakeTime = now + secondsToMillis(r.Delay)

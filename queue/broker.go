@@ -42,6 +42,10 @@ type Broker struct {
 	// loader is where the loader last stopped: short of the horizon, the
 	// events after the cursor may already be due.
 	loader loaderState
+	// inCluster: other nodes were known at the last Tick (read outside mu,
+	// Clustered), so retry events loaded from disk get their WILLQUEUE
+	// companions (addEventLocked).
+	inCluster bool
 	// due is Tick's reusable buffer of the events one chunk fires.
 	due []storage.Event
 	// fireChunk is the most events one lock hold fires (fireChunk; tests
@@ -102,6 +106,9 @@ type Stats struct {
 	// JobsUnreadable counts jobs GETJOB found with a body it could not
 	// read from the AOF (left undelivered, or left out of a reply).
 	JobsUnreadable int64
+	// JobsExternal counts the jobs added with no copy here (external
+	// replication), not in JobsAdded.
+	JobsExternal   int64
 	BlockedClients int
 }
 
@@ -132,6 +139,7 @@ func New(opts Options) (*Broker, error) {
 	b.ctime.Observe(opts.Store.MaxCtime())
 	node := opts.Store.NodeID()
 	b.node.Store(&node)
+	b.inCluster = b.Clustered()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.loadTimersLocked(now, b.opts.MaxTimers); err != nil {
@@ -235,7 +243,14 @@ func (b *Broker) syncTimersLocked(id string, j *storage.Job) {
 	for _, e := range j.Events() {
 		if cmpEvent(e, b.cursor) <= 0 {
 			b.wheel.Add(e)
-			if !ok || e.Due < next {
+			due := e.Due
+			if e.Kind == storage.EventRetry && b.holdersElsewhere(j) {
+				// WILLQUEUE before the requeue (remote_queueing.go).
+				w := willQueueCompanion(e)
+				b.wheel.Add(w)
+				due = w.Due
+			}
+			if !ok || due < next {
 				earliest = true
 			}
 		}

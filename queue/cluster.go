@@ -2,6 +2,7 @@ package queue
 
 import (
 	"errors"
+	"time"
 
 	"github.com/diskque/diskque/storage"
 )
@@ -27,7 +28,8 @@ type Cluster interface {
 	// batch, so pipelined ADDJOBs share REPLJOB messages. res[i] is job
 	// i's outcome.
 	Replicate(jobs []Replication) []ReplicationResult
-	// ReplicateAsync sends the jobs (already queued here) to Job.Repl−1
+	// ReplicateAsync sends the jobs (wait-repl here: queued once the
+	// nodes returned are recorded) to Job.Repl−1
 	// other nodes without waiting for them (ADDJOB ASYNC) and returns the
 	// nodes each was sent to, this node first.
 	ReplicateAsync(jobs []Replication) [][]string
@@ -40,7 +42,44 @@ type Cluster interface {
 	// it sends DELJOB to their holders, and for the unknown ids to every
 	// node.
 	FastAcked(jobs []*storage.Job, unknown []string)
+	// WillQueue tells the other holders of these jobs (active here) that
+	// this node queues them in WillQueueAdvance (WILLQUEUE): one that has
+	// a job queued answers QUEUED, one that has it acked SETACK.
+	WillQueue(jobs []*storage.Job)
+	// Queued tells the other holders of these jobs that this node queued
+	// them — a requeue, NACK, ENQUEUE, or the answer to a WILLQUEUE —
+	// with the counter each bumped here (QUEUED). Receivers postpone their
+	// own requeue, bump the counter, and keep a copy they have queued
+	// only if they win the tie-break (RemoteQueued).
+	Queued(jobs []QueuedJob)
+	// Working tells the other holders that a consumer is working on these
+	// jobs (WORKING): they postpone their requeue and dequeue a copy they
+	// have queued.
+	Working(jobs []*storage.Job)
+	// Paused sends a queue's pause state to every other node (PAUSE …
+	// BCAST); they apply it and send it on to nobody.
+	Paused(queue string, p storage.PauseState)
 }
+
+// Bump is the counter a QUEUED message asks its receivers to bump, as the
+// sender did on its own copy.
+type Bump uint8
+
+const (
+	BumpNone       Bump = iota // an answer to WILLQUEUE: no new delivery
+	BumpNacks                  // NACK
+	BumpDeliveries             // a requeue or ENQUEUE: additional-deliveries
+)
+
+// QueuedJob is one job of Cluster.Queued.
+type QueuedJob struct {
+	Job  *storage.Job
+	Bump Bump
+}
+
+// WillQueueAdvance is how long before a holder requeues a job it sends
+// WILLQUEUE to the other holders (Disque's JOB_WILLQUEUE_ADVANCE).
+const WillQueueAdvance = 500 * time.Millisecond
 
 // Replication is one job for Cluster.Replicate or ReplicateAsync.
 type Replication struct {
@@ -78,6 +117,10 @@ func (loneNode) Replicate(jobs []Replication) []ReplicationResult {
 func (loneNode) ReplicateAsync(jobs []Replication) [][]string { return make([][]string, len(jobs)) }
 func (loneNode) Acked([]*storage.Job)                         {}
 func (loneNode) FastAcked([]*storage.Job, []string)           {}
+func (loneNode) WillQueue([]*storage.Job)                     {}
+func (loneNode) Queued([]QueuedJob)                           {}
+func (loneNode) Working([]*storage.Job)                       {}
+func (loneNode) Paused(string, storage.PauseState)            {}
 
 // DefaultReplicate is the REPLICATE of an ADDJOB that gave none:
 // min(3, nodes known, this one included).

@@ -98,9 +98,31 @@
 // its DELAY; one not confirmed by min(ms-timeout, TTL) is deleted here
 // (the cluster deleted the copies it sent) and its ADDJOB fails with
 // ErrReplTimeout. Fewer than n−1 reachable peers at the start is ErrNoRepl,
-// and nothing is stored. ASYNC jobs are queued and answered at once; their
-// copies are sent after the batch is durable (ReplicateAsync) and the
-// nodes they went to recorded.
+// and nothing is stored. ASYNC jobs are applied in wait-repl too; their
+// copies are sent after the batch is durable (ReplicateAsync), not waited
+// for, and each job is queued with the nodes they went to (NODES) and then
+// answered: queued any earlier, a consumer could take and ack it while
+// its node list said no other node held it, and its copies would never
+// be collected.
+//
+// External replication (external.go): a request with AddRequest.External
+// (the server sets it when the node is leaving or short of memory or disk)
+// keeps nothing in this node's store, not even a wait-repl entry. Its id
+// is made here (storage.NewJobID, this node's prefix) and the job handed,
+// outside every broker lock, to the cluster's ExternalCluster: REPLICATE
+// other nodes must confirm a copy, and one of them queues it (ENQUEUE,
+// arriving through RemoteEnqueue); a timeout is ErrReplTimeout as usual.
+// A required one that too few peers can take fails (a *NoReplError, an
+// ErrNoRepl); a preferred one takes the usual path. PAUSE-in and MAXLEN are
+// checked against this node's queue, as in Disque. A crash before the reply
+// may leave copies on the nodes reached, which requeue after RETRY: never
+// an acknowledged job lost, at worst an unacknowledged one delivered.
+//
+// Memory pressure (external_memory.go): SweepIdleQueues forgets empty
+// idle queues at once (the server calls it over maxmemory, with a 2 s
+// idle time instead of the minute of the timers' sweep); RegisteredQueues
+// counts the queues with jobs and the empty ones still known; FlushAll
+// forgets every queue nobody waits on.
 //
 // In a cluster ACKJOB acks (instead of deleting) a job other nodes may
 // hold and hands it to Cluster.Acked, which collects the copies and then
@@ -109,6 +131,32 @@
 // other nodes arrive through ReplicaAdd (REPLJOB: an idempotent, durable
 // copy, active and not queued), RemoteSetAck (SETACK) and RemoteDelJob
 // (DELJOB) (remote.go).
+//
+// About one queued copy (remote_queueing.go). Every holder of a job runs
+// its own requeue timer (RETRY ± 500 ms). While other nodes are known
+// (Clustered, read by Tick outside the lock), each retry event in the wheel
+// has a wheel-only companion, eventWillQueue, WillQueueAdvance (500 ms)
+// earlier: if the job is then still active, due at that retry and held
+// elsewhere (its nodes name another node), Tick hands it to
+// Cluster.WillQueue. A requeue of such a job is handed to Cluster.Queued
+// with BumpDeliveries, and counts an additional delivery here even on a
+// copy never delivered here (Batch.Postpone in the same batch), as every
+// receiver does; NACK hands its jobs over with BumpNacks, ENQUEUE with
+// BumpDeliveries (counted here too) unless it is a delayed job's first
+// queueing. WORKING hands its job to Cluster.Working. Tick collects these
+// under Broker.mu and sends them once the chunk is durable and the lock
+// released; the commands send after their batch. Incoming: RemoteWillQueue
+// adds the sender to the job's nodes and returns the jobs queued here (the
+// caller answers QUEUED) and those acked (it answers SETACK);
+// RemoteQueued postpones each copy's requeue by its RETRY, bumps the
+// counter, and dequeues a queued copy unless this node wins TieBreak
+// against the sender; RemoteWorking postpones and always dequeues;
+// RemotePause applies a broadcast pause state (BroadcastPause sends one,
+// PAUSE … BCAST). None of them calls the cluster. So after a RETRY with no
+// ack about one copy is queued: the node that queues first makes the others
+// postpone, simultaneous ones are settled by the tie-break (the greatest
+// keeps its copy, and it is never dequeued by a smaller one, so one stays),
+// and a holder that dies leaves the others' timers running.
 //
 // # Time
 //

@@ -154,9 +154,11 @@ func (b *Broker) deleteJobs(ids []string, count func(*Stats, int64)) (int, error
 
 // Nack puts delivered (active) jobs back in their queues with nacks + 1
 // (NACK). With delaySec > 0 they wait that long first (NACK … DELAY, beyond
-// Disque). It returns how many jobs were nacked.
+// Disque). It returns how many jobs were nacked. The other holders of a
+// nacked job get QUEUED with its nacks to bump (Cluster.Queued).
 func (b *Broker) Nack(ids []string, delaySec int64) (int, error) {
-	return b.jobBatch(ids, func(batch *storage.Batch, j *storage.Job, now int64) {
+	var queued []QueuedJob
+	n, err := b.jobBatch(ids, func(batch *storage.Batch, j *storage.Job, now int64) {
 		if j.State != storage.StateActive || j.Delayed() {
 			return
 		}
@@ -169,24 +171,66 @@ func (b *Broker) Nack(ids []string, delaySec int64) (int, error) {
 		if nj.State == storage.StateQueued {
 			b.queuedLocked(nj, now)
 		}
+		if b.holdersElsewhere(nj) {
+			queued = append(queued, QueuedJob{Job: nj, Bump: BumpNacks})
+		}
 	})
+	if err == nil && len(queued) > 0 {
+		b.cluster.Queued(queued)
+	}
+	return n, err
 }
 
 // Enqueue queues active jobs now (ENQUEUE): delivered ones again, delayed
 // ones before their time. Queues paused for input refuse them. It returns
 // how many jobs were queued.
+//
+// A job other nodes hold gets, unless this is its first queueing (a
+// delayed job's, here), additional-deliveries + 1 here and on its other
+// holders, which get QUEUED (Cluster.Queued), as in Disque.
 func (b *Broker) Enqueue(ids []string) (int, error) {
-	return b.jobBatch(ids, func(batch *storage.Batch, j *storage.Job, now int64) {
-		if j.State == storage.StateQueued || j.State == storage.StateAcked {
+	var queued []QueuedJob
+	count := 0
+	_, err := b.jobBatch(ids, func(batch *storage.Batch, j *storage.Job, now int64) {
+		if j.State == storage.StateQueued || j.State == storage.StateAcked || j.State == storage.StateWaitRepl {
 			return
 		}
 		if b.st.PauseState(j.Queue)&storage.PauseIn != 0 {
 			return
 		}
-		batch.Queue(j.ID, retryTime(now, j.Retry))
+		qtime := retryTime(now, j.Retry)
+		batch.Queue(j.ID, qtime)
+		if b.holdersElsewhere(j) && j.Retry > 0 && !firstQueueing(j) {
+			batch.Postpone(j.ID, qtime, 0, 1) // applies after the Queue
+		}
 	}, func(old, nj *storage.Job, now int64) {
+		if old.State == storage.StateQueued {
+			// The counter bump of a job just queued (above).
+			if n := len(queued); n > 0 && queued[n-1].Job.ID == nj.ID {
+				queued[n-1] = QueuedJob{Job: nj, Bump: BumpDeliveries}
+			}
+			return
+		}
+		count++
 		b.queuedLocked(nj, now)
+		if b.holdersElsewhere(nj) {
+			queued = append(queued, QueuedJob{Job: nj, Bump: BumpNone})
+		}
 	})
+	if err != nil {
+		return 0, err
+	}
+	if len(queued) > 0 {
+		b.cluster.Queued(queued)
+	}
+	return count, nil
+}
+
+// firstQueueing reports whether queueing active job j now is its first
+// queueing: a delayed job never delivered nor nacked (a copy is never
+// delayed here: its origin runs the DELAY).
+func firstQueueing(j *storage.Job) bool {
+	return j.AwakeTime != 0 && j.Deliveries == 0 && j.Nacks == 0
 }
 
 // Dequeue takes queued jobs out of their queues without delivering them
@@ -200,10 +244,13 @@ func (b *Broker) Dequeue(ids []string) (int, error) {
 
 // Working postpones a job's next requeue by its RETRY (WORKING) and returns
 // the RETRY in seconds. ErrNoJob for an unknown job (or an at-most-once one,
-// which is never requeued); ErrTooLate once half its TTL has elapsed.
+// which is never requeued); ErrTooLate once half its TTL has elapsed. The
+// other holders get WORKING (Cluster.Working): they postpone theirs too and
+// dequeue a copy they have queued.
 func (b *Broker) Working(id string) (int64, error) {
 	var retry int64
 	var refused error
+	var working *storage.Job
 	n, err := b.jobBatch([]string{id}, func(batch *storage.Batch, j *storage.Job, now int64) {
 		if j.Retry == 0 || j.State == storage.StateAcked {
 			refused = ErrNoJob
@@ -216,7 +263,11 @@ func (b *Broker) Working(id string) (int64, error) {
 		}
 		batch.Working(j.ID, retryTime(now, j.Retry))
 		retry = int64(j.Retry)
-	}, nil)
+	}, func(_, nj *storage.Job, _ int64) {
+		if b.holdersElsewhere(nj) {
+			working = nj
+		}
+	})
 	switch {
 	case err != nil:
 		return 0, err
@@ -224,6 +275,9 @@ func (b *Broker) Working(id string) (int64, error) {
 		return 0, refused
 	case n == 0:
 		return 0, ErrNoJob
+	}
+	if working != nil {
+		b.cluster.Working([]*storage.Job{working})
 	}
 	return retry, nil
 }
@@ -419,8 +473,8 @@ func (b *Broker) PauseState(name string) storage.PauseState { return b.st.PauseS
 
 // FlushAll deletes every job and lifts every pause (DEBUG FLUSHALL): one
 // store record of range deletions, whatever the number of jobs, and the
-// broker's heads and timers start afresh. Blocked GETJOB clients keep
-// waiting.
+// broker's heads and timers start afresh; queues nobody waits on are
+// forgotten. Blocked GETJOB clients keep waiting.
 func (b *Broker) FlushAll() error {
 	b.mu.Lock()
 	if err := b.checkOpenLocked(); err != nil {
@@ -428,7 +482,11 @@ func (b *Broker) FlushAll() error {
 		return err
 	}
 	p := b.st.FlushAll()
-	for _, q := range b.queues {
+	for name, q := range b.queues {
+		if len(q.waiters) == 0 {
+			delete(b.queues, name) // gone, as in Disque (registered_queues)
+			continue
+		}
 		q.head = NewHead(b.opts.HeadSize) // complete and empty, like the queue
 		q.unreadable = nil
 	}

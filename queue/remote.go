@@ -2,6 +2,7 @@ package queue
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/diskque/diskque/storage"
 )
@@ -25,8 +26,13 @@ type Replica struct {
 // active job, not queued (its origin queues it), with a requeue at its
 // RETRY after it would be queued (so a copy takes over if its origin dies)
 // and the node list it was sent with. A copy of an id known here — the
-// same REPLJOB again, or a job acked (a dummy ack among them) — changes
-// nothing and succeeds. It returns, per copy, nil once it is durable per
+// same REPLJOB again, or a job acked (a dummy ack among them) — succeeds
+// and changes nothing, but that a live copy learns the nodes of the new
+// list it did not know (Disque's updateJobNodes): the origin sends a
+// REPLJOB again, naming one more node, while it is short of GOTJOBs, and
+// a copy that kept the shorter list would leave the added node's copy out
+// of the ack collection an ACKJOB here starts. It returns, per copy, nil
+// once it is durable per
 // this node's fsync policy (answer GOTJOB), or why it was refused: a queue
 // paused for input (ErrPaused), a malformed job, a failed store.
 func (b *Broker) ReplicaAdd(reps []Replica) []error {
@@ -60,6 +66,13 @@ func (b *Broker) ReplicaAdd(reps []Replica) []error {
 		}
 		// A copy is queued only by its requeue: the origin runs the DELAY.
 		j.AwakeTime = 0
+		if cur, err := b.st.Job(j.ID); err == nil && (cur.State == storage.StateActive || cur.State == storage.StateQueued) {
+			if merged, grew := mergeNodes(cur.Nodes, j.Nodes); grew {
+				batch.SetNodes(j.ID, merged)
+				refs = append(refs, i)
+				continue
+			}
+		}
 		if err := batch.AddReplica(&j, r.Body); err != nil {
 			out[i] = wrapStore(err)
 			continue
@@ -90,6 +103,25 @@ func (b *Broker) ReplicaAdd(reps []Replica) []error {
 		}
 	}
 	return out
+}
+
+// maxReplicaNodes bounds the node list a copy learns from REPLJOBs (a
+// peer's messages cannot grow it without end).
+const maxReplicaNodes = 1024
+
+// mergeNodes returns cur with the nodes of more it lacks appended, and
+// whether there were any (and room for them).
+func mergeNodes(cur, more []string) ([]string, bool) {
+	out := cur
+	for _, n := range more {
+		if !slices.Contains(out, n) {
+			if len(out) >= maxReplicaNodes {
+				return cur, false
+			}
+			out = append(slices.Clip(out), n)
+		}
+	}
+	return out, len(out) > len(cur)
 }
 
 // RemoteSetAck marks jobs acked because another node says so (SETACK): a

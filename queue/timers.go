@@ -105,14 +105,18 @@ func (b *Broker) Tick(now int64) error {
 		return nil
 	}
 	limit := b.fireChunk
+	// Read outside Broker.mu, as every call to the cluster.
+	clustered := b.Clustered()
 	for {
-		fired, more, hold, pending, err := b.tickChunk(now, limit)
+		fired, more, hold, pending, notes, err := b.tickChunk(now, limit, clustered)
 		if err != nil {
 			return err
 		}
 		if err := pending.Wait(); err != nil {
 			return err
 		}
+		// WILLQUEUE and QUEUED for this chunk, with no lock held.
+		notes.send(b.cluster)
 		if b.testChunkHook != nil {
 			b.testChunkHook(fired)
 		}
@@ -140,9 +144,10 @@ func nextChunk(last, fired int, hold time.Duration, most int) int {
 
 // tickChunk is one chunk of Tick under Broker.mu: it loads the schedule,
 // fires up to limit due events and reports how many it fired, how long it
-// held the lock and whether more are due by now (in the wheel, or on disk
-// after a loader that stopped at MaxTimers).
-func (b *Broker) tickChunk(now int64, limit int) (fired int, more bool, hold time.Duration, pending storage.Pending, err error) {
+// held the lock, whether more are due by now (in the wheel, or on disk
+// after a loader that stopped at MaxTimers) and what to tell the other
+// holders of the jobs it requeued (clustered: other nodes are known).
+func (b *Broker) tickChunk(now int64, limit int, clustered bool) (fired int, more bool, hold time.Duration, pending storage.Pending, notes notices, err error) {
 	b.mu.Lock()
 	start := time.Now() // for sizing chunks only; timers take now
 	defer func() {
@@ -150,10 +155,11 @@ func (b *Broker) tickChunk(now int64, limit int) (fired int, more bool, hold tim
 		b.mu.Unlock()
 	}()
 	if err := b.checkOpenLocked(); err != nil {
-		return 0, false, 0, storage.Pending{}, err
+		return 0, false, 0, storage.Pending{}, notes, err
 	}
+	b.inCluster = clustered
 	if err := b.loadTimersLocked(now, loadChunk); err != nil {
-		return 0, false, 0, storage.Pending{}, err
+		return 0, false, 0, storage.Pending{}, notes, err
 	}
 	if now-b.lastSweep >= queueIdleMillis {
 		b.sweepQueuesLocked(now)
@@ -170,7 +176,7 @@ func (b *Broker) tickChunk(now int64, limit int) (fired int, more bool, hold tim
 		// loads them into the room this one frees.
 		more = more || b.cursor.Due <= now
 	}
-	pending, err = b.fireLocked(due, now)
+	pending, err = b.fireLocked(due, now, &notes)
 	if !more {
 		// A job changed by this chunk may have an event already due (its
 		// TTL after its delay ran out, in the same millisecond): it is
@@ -180,7 +186,7 @@ func (b *Broker) tickChunk(now int64, limit int) (fired int, more bool, hold tim
 	}
 	clear(due)
 	b.due = due
-	return len(due), more, 0, pending, err
+	return len(due), more, 0, pending, notes, err
 }
 
 // fireLocked applies the due events as one store batch.
@@ -194,7 +200,13 @@ func (b *Broker) tickChunk(now int64, limit int) (fired int, more bool, hold tim
 // events are still checked against the job, which is cheap next to a mass
 // expiry and keeps a state the wheel does not know about from being
 // overridden.
-func (b *Broker) fireLocked(due []storage.Event, now int64) (storage.Pending, error) {
+//
+// In a cluster, a WILLQUEUE event (eventWillQueue) of a job still active and
+// due at that retry, with holders elsewhere, adds the job to notes'
+// WILLQUEUE; a requeue of such a job adds it to notes' QUEUED, and bumps
+// additional-deliveries here when the store does not (a copy never
+// delivered here), as it asks the other holders to.
+func (b *Broker) fireLocked(due []storage.Event, now int64, notes *notices) (storage.Pending, error) {
 	if len(due) == 0 {
 		return storage.Pending{}, nil
 	}
@@ -202,7 +214,14 @@ func (b *Broker) fireLocked(due []storage.Event, now int64) (storage.Pending, er
 	var skipped []storage.Event
 	planned := make(map[string]bool, len(due))
 	evs := due[:0] // the events planned, in batch order
+	// extra: batch ops that are a second op of the event before them (the
+	// counter bump of a clustered requeue); they have no event of their own.
+	var extra map[int]bool
 	for _, e := range due {
+		if e.Kind == eventWillQueue {
+			b.willQueueLocked(e, notes)
+			continue
+		}
 		if planned[e.ID] {
 			// One change per job per batch: the change puts the job's
 			// current events back in the wheel, this one among them if it
@@ -225,7 +244,17 @@ func (b *Broker) fireLocked(due []storage.Event, now int64) (storage.Pending, er
 			case e.Kind == storage.EventDelay && j.AwakeTime == e.Due && j.State == storage.StateActive:
 				batch.Queue(j.ID, retryTime(now, j.Retry))
 			case e.Kind == storage.EventRetry && j.QueueTime == e.Due && j.State == storage.StateActive:
-				batch.Requeue(j.ID, retryTime(now, j.Retry))
+				qtime := retryTime(now, j.Retry)
+				batch.Requeue(j.ID, qtime)
+				if b.holdersElsewhere(j) && j.Deliveries == 0 {
+					// Requeue counts a delivery only of a copy delivered
+					// here; every holder's requeue counts one (Disque).
+					batch.Postpone(j.ID, qtime, 0, 1)
+					if extra == nil {
+						extra = map[int]bool{}
+					}
+					extra[batch.Len()-1] = true
+				}
 			default:
 				continue // stale: the job changed since the event was loaded
 			}
@@ -237,7 +266,19 @@ func (b *Broker) fireLocked(due []storage.Event, now int64) (storage.Pending, er
 		return storage.Pending{}, nil
 	}
 	res, pending := b.st.Apply(batch)
-	for i, r := range res {
+	i := -1 // the event of the op
+	for k, r := range res {
+		if !extra[k] {
+			i++
+		} else {
+			if r.Err == nil {
+				b.syncTimersLocked(r.Job.ID, r.Job)
+				if n := len(notes.queued); n > 0 && notes.queued[n-1].Job.ID == r.Job.ID {
+					notes.queued[n-1].Job = r.Job
+				}
+			}
+			continue
+		}
 		if r.Err != nil {
 			if errUnusable(r.Err) {
 				return storage.Pending{}, wrapStore(r.Err)
@@ -271,6 +312,9 @@ func (b *Broker) fireLocked(due []storage.Event, now int64) (storage.Pending, er
 			q := b.queueLocked(r.Job.Queue, now)
 			q.jobsIn++
 			b.queuedLocked(r.Job, now)
+			if evs[i].Kind == storage.EventRetry && b.holdersElsewhere(r.Job) {
+				notes.queued = append(notes.queued, QueuedJob{Job: r.Job, Bump: BumpDeliveries})
+			}
 		}
 	}
 	return pending, nil
@@ -306,7 +350,7 @@ func (b *Broker) loadTimersLocked(now int64, budget int) error {
 			return wrapStore(err)
 		}
 		for _, e := range evs {
-			b.wheel.Add(e)
+			b.addEventLocked(e)
 		}
 		if len(evs) > 0 {
 			b.cursor = evs[len(evs)-1]

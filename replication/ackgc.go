@@ -28,6 +28,7 @@ func (j *Jobs) Acked(jobs []*storage.Job) {
 		if job.IsDummyAck() {
 			gc.dummy, gc.targets = true, others
 		} else {
+			gc.mayhave = len(job.Nodes)
 			for _, n := range job.Nodes {
 				if n != j.self() {
 					gc.targets = append(gc.targets, n)
@@ -54,7 +55,11 @@ func (j *Jobs) Acked(jobs []*storage.Job) {
 // 180 s, ± 500 ms. The background loop calls it; tests call it with their
 // own time. It returns how many SETACK messages it sent.
 func (j *Jobs) RetryAcks(now time.Time) int {
-	per := map[string][]string{}
+	type setAcks struct {
+		ids     []string
+		mayhave []int
+	}
+	per := map[string]*setAcks{}
 	j.mu.Lock()
 	for id, gc := range j.acks {
 		if now.Before(gc.next) {
@@ -62,7 +67,12 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 		}
 		for _, n := range gc.targets {
 			if !gc.confirmed[n] {
-				per[n] = append(per[n], id)
+				m := per[n]
+				if m == nil {
+					m = &setAcks{}
+					per[n] = m
+				}
+				m.ids, m.mayhave = append(m.ids, id), append(m.mayhave, gc.mayhave)
 			}
 		}
 		gc.next = now.Add(ackBackoff(gc.retries))
@@ -70,8 +80,8 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 	}
 	j.mu.Unlock()
 	sent := 0
-	for n, ids := range per {
-		j.send(n, MsgSetAck, encodeIDs(ids))
+	for n, m := range per {
+		j.send(n, MsgSetAck, encodeSetAcks(m.ids, m.mayhave))
 		sent++
 	}
 	if sent > 0 {

@@ -15,8 +15,14 @@ import (
 // a trailing byte is ErrBadPayload, never a panic or a large allocation.
 //
 //	REPLJOB  version flags count { id queue ctime etime delay retry repl awake nodes body }…
-//	GOTJOB, SETACK, DELJOB  version count { id }…
+//	GOTJOB, DELJOB  version count { id }…
+//	SETACK   version count { id mayhave }…
 //	GOTACK   version count { id known }…
+//
+// SETACK's mayhave is how many nodes the sender knows may hold the job,
+// itself included (0 for a dummy ack): a receiver that knows more does not
+// answer GOTACK (it would let the sender finish with a holder left out)
+// but collects the job itself (Disque's SETACK aux field).
 const codecVersion = 1
 
 // replFlagNoReply: the sender wants no GOTJOB (ASYNC).
@@ -132,6 +138,32 @@ func decodeIDs(p []byte) ([]string, error) {
 		return nil, err
 	}
 	return ids, nil
+}
+
+func encodeSetAcks(ids []string, mayhave []int) []byte {
+	b := make([]byte, 0, 2+len(ids)*(storage.JobIDLen+2))
+	b = append(b, codecVersion)
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for i, id := range ids {
+		b = append(b, id...)
+		b = binary.AppendUvarint(b, uint64(mayhave[i]))
+	}
+	return b
+}
+
+func decodeSetAcks(p []byte) ([]string, []int, error) {
+	d := msgDecoder{b: p}
+	d.version()
+	n := d.count(storage.JobIDLen + 1)
+	ids, mayhave := make([]string, 0, n), make([]int, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		ids = append(ids, d.id())
+		mayhave = append(mayhave, int(d.bounded(maxNodesPerJob)))
+	}
+	if err := d.end(); err != nil {
+		return nil, nil, err
+	}
+	return ids, mayhave, nil
 }
 
 func encodeGotAcks(ids []string, known []bool) []byte {

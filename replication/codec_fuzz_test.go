@@ -1,8 +1,10 @@
 package replication
 
 import (
+	"slices"
 	"testing"
 
+	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/storage"
 )
 
@@ -17,7 +19,11 @@ func FuzzDecodePayloads(f *testing.F) {
 	f.Add(encodeReplJobs(false, []replJob{{Job: job, Body: []byte("body")}}))
 	f.Add(encodeIDs([]string{id, id}))
 	f.Add(encodeGotAcks([]string{id}, []bool{true}))
+	f.Add(encodeSetAcks([]string{id}, []int{3}))
 	f.Add([]byte{1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add(encodeQueued([]queue.RemoteQueuedJob{{ID: id, Bump: queue.BumpNacks}, {ID: id}}))
+	f.Add(encodePause("q", storage.PauseAll))
+	f.Add([]byte{1, 4, 1, 'q'})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		if noReply, jobs, err := decodeReplJobs(p); err == nil {
 			enc := encodeReplJobs(noReply, jobs)
@@ -31,9 +37,24 @@ func FuzzDecodePayloads(f *testing.F) {
 				t.Fatalf("id list round trip: %x: %v", p, err)
 			}
 		}
+		if ids, mayhave, err := decodeSetAcks(p); err == nil {
+			if again, m2, err := decodeSetAcks(encodeSetAcks(ids, mayhave)); err != nil || len(again) != len(ids) || len(m2) != len(ids) {
+				t.Fatalf("SETACK round trip: %x: %v", p, err)
+			}
+		}
 		if ids, known, err := decodeGotAcks(p); err == nil {
 			if again, _, err := decodeGotAcks(encodeGotAcks(ids, known)); err != nil || len(again) != len(ids) {
 				t.Fatalf("GOTACK round trip: %x: %v", p, err)
+			}
+		}
+		if qs, err := decodeQueued(p); err == nil {
+			if again, err := decodeQueued(encodeQueued(qs)); err != nil || !slices.Equal(again, qs) {
+				t.Fatalf("QUEUED round trip: %x: %v", p, err)
+			}
+		}
+		if name, state, err := decodePause(p); err == nil {
+			if n2, s2, err := decodePause(encodePause(name, state)); err != nil || n2 != name || s2 != state || state > storage.PauseAll {
+				t.Fatalf("PAUSE round trip: %x: %v", p, err)
 			}
 		}
 	})

@@ -154,10 +154,11 @@
 //
 // # Job protocol
 //
-// Jobs (jobs.go, ackgc.go, jobs_handle.go) is Disque's job protocol over a
-// Transport and implements queue.Cluster for the broker. Its payloads are
-// in codec.go (versioned; decoding is bounded by the payload, and a
-// malformed one is dropped, logged and counted, never a panic).
+// Jobs (jobs.go, ackgc.go, jobs_handle.go, jobs_queueing.go) is Disque's
+// job protocol over a Transport and implements queue.Cluster for the
+// broker. Its payloads are in codec.go and jobs_queueing_codec.go
+// (versioned; decoding is bounded by the payload, and a malformed one is
+// dropped, logged and counted, never a panic).
 //
 //   - Replicate: REPLJOB to Repl−1 reachable nodes (Peers, membership)
 //     chosen at random, one message per node carrying every job of the
@@ -166,25 +167,51 @@
 //     node, and the REPLJOB again to the nodes that did not answer (so a
 //     node whose link came back gets it). A receiver stores the copy
 //     (queue.Broker.ReplicaAdd: idempotent, active, not queued, durable
-//     per its fsync policy) and answers GOTJOB. At the job's deadline,
-//     DELJOB to every node it was sent to.
-//   - ReplicateAsync: the same REPLJOB flagged no-reply, not waited for.
+//     per its fsync policy; a copy it has learns the nodes of a longer
+//     list) and answers GOTJOB. At the job's deadline, DELJOB to every
+//     node it was sent to.
+//   - ReplicateAsync: the same REPLJOB flagged no-reply, not waited for;
+//     the origin queues the job once it has recorded where they went.
 //   - Acked: SETACK to every holder not yet confirmed (a dummy ack: to
 //     every known node), again after 1 s doubling to 180 s (± 500 ms)
 //     until all answered GOTACK; then DELJOB to all and the job is deleted
-//     here. A receiver acks the job (a queued copy leaves its queue; an
-//     unknown id leaves a dummy ack) and answers GOTACK with whether it
-//     knew it; a dummy ack that reaches a node that knows the job leaves
-//     the collection to it and goes; one that nobody knows stays until its
-//     TTL and is no longer retried. Start resumes the collection of every
+//     here. Each SETACK says how many nodes the sender knows may hold the
+//     job (mayhave; 0 for a dummy ack). A receiver acks the job (a queued
+//     copy leaves its queue; an unknown id leaves a dummy ack) and answers
+//     GOTACK with whether it knew it — unless it knows more holders than
+//     mayhave: then it collects the job itself, and answers only a dummy
+//     ack's SETACK (as Disque). A dummy ack that reaches a node that knows
+//     the job leaves the collection to it and goes; one that nobody knows
+//     stays until its TTL and is no longer retried. A DELJOB for a job
+//     being collected here too ends that collection with DELJOB to its
+//     targets (clearing the dummy acks its SETACKs left). Start resumes the collection of every
 //     acked job on disk, and deletes the jobs a restart left in wait-repl
 //     (their ADDJOB was never answered; DELJOB to every node).
 //   - FastAcked: DELJOB to the job's holders (every node for an id unknown
 //     here), no confirmation.
+//   - WillQueue, Queued, Working (jobs_queueing.go): WILLQUEUE, QUEUED
+//     (each job with the counter to bump: none, nacks, additional
+//     deliveries) and WORKING to each job's other holders (its nodes), at
+//     most 4096 ids a message. A receiver hands them to the broker
+//     (RemoteWillQueue, RemoteQueued, RemoteWorking), which decides (queue's
+//     doc "About one queued copy"); Jobs answers a WILLQUEUE for a job
+//     queued here with QUEUED to its holders, and any of the three for a
+//     job acked here with SETACK to the sender, which joins the job's
+//     collection.
+//   - Paused: PAUSE (the queue's state) to every known node; a receiver
+//     applies it (RemotePause) and sends it on to nobody.
+//   - External replication (jobs_external.go, queue.ExternalCluster):
+//     ReplicateExternal is Replicate with Repl *other* nodes to confirm
+//     and the copies' node list without this node; once confirmed, ENQUEUE
+//     (ids and the DELAY left, ms) to one confirming node at random.
+//     ReplicateExternalAsync sends no-reply REPLJOBs and the ENQUEUE at
+//     once, on the same ordered link as that node's copy. The receiver
+//     queues a copy that is active and undelivered
+//     (queue.Broker.RemoteEnqueue). A lost ENQUEUE leaves the copies to
+//     requeue at their RETRY.
 //
 // Jobs.mu is a leaf: it is never held across a broker call, a Send or a
 // wait. The broker never calls Jobs under its own locks, and Jobs calls the
 // broker only from Replicate's caller, the links' handlers and the
-// ack-retry loop. Not built yet: WILLQUEUE/QUEUED, WORKING, NACK/ENQUEUE
-// and PAUSE broadcasts, NEEDJOBS/YOURJOBS, external replication.
+// ack-retry loop. Not built yet: NEEDJOBS/YOURJOBS (federation).
 package replication

@@ -62,8 +62,11 @@ type Jobs struct {
 	// Set by Start, read-only afterwards.
 	broker *queue.Broker
 	tr     Transport
-	// bound is broker, for self, which runs under mu too.
-	bound atomic.Pointer[queue.Broker]
+	// bound is broker, for self, which runs under mu too; boundTr is tr,
+	// for send. Both nil until Start: the daemon serves clients a moment
+	// before the bus is up, and a Jobs not started replicates nothing.
+	bound   atomic.Pointer[queue.Broker]
+	boundTr atomic.Pointer[Transport]
 
 	// mu guards the maps below. It is a leaf: never held across a broker
 	// call, a transport Send or a wait.
@@ -84,8 +87,12 @@ type JobsStats struct {
 	ReplJobsSent, GotJobsReceived int64
 	SetAcksSent, GotAcksReceived  int64
 	DelJobsSent                   int64
-	BadPayloads                   int64 // messages dropped as malformed
-	PendingAcks, PendingRepl      int   // now
+	// WILLQUEUE, QUEUED, WORKING and PAUSE messages sent.
+	WillQueuesSent, QueuedSent, WorkingsSent, PausesSent int64
+	// ENQUEUEs of external replication (jobs_external.go), in jobs.
+	EnqueuesSent, EnqueuesReceived int64
+	BadPayloads                    int64 // messages dropped as malformed
+	PendingAcks, PendingRepl       int   // now
 }
 
 // pendingRepl is one job of a Replicate call.
@@ -94,12 +101,16 @@ type pendingRepl struct {
 	sent      []string        // nodes sent to, in order
 	confirmed map[string]bool // nodes that answered GOTJOB
 	wake      chan struct{}   // the Replicate call's, buffered 1
+	// external: this node keeps no copy (jobs_external.go): need is
+	// Repl, and the copies' node list is sent alone.
+	external bool
 }
 
 // ackGC is the collection of one acked job's copies.
 type ackGC struct {
 	dummy     bool            // a dummy ack: SETACK to every node
 	targets   []string        // the other nodes that may hold a copy
+	mayhave   int             // SETACK's: the nodes that may hold it, this one included (0: dummy)
 	confirmed map[string]bool // targets that answered GOTACK
 	retries   int             // SETACK rounds sent
 	next      time.Time       // when the next round is due
@@ -144,21 +155,25 @@ func NewJobs(cfg JobsConfig) (*Jobs, error) {
 // Start binds the broker and the transport (whose handler is j.Handle),
 // resumes the work a restart left — the collection of every acked job on
 // disk, and the deletion of jobs left in wait-repl (their ADDJOB never
-// answered: DELJOB to every node) — and starts the ack-retry loop.
+// answered: DELJOB to every node) — and starts the ack-retry loop, even
+// when the resume fails (its error is returned).
 func (j *Jobs) Start(b *queue.Broker, t Transport) error {
 	j.mu.Lock()
 	j.broker, j.tr = b, t
 	j.mu.Unlock()
 	j.bound.Store(b)
-	if err := j.resume(); err != nil {
-		return err
-	}
+	j.boundTr.Store(&t)
+	// The loop runs whatever resume finds: Close waits for it, and new
+	// acks need it. A resume that fails (the store failed or its index is
+	// corrupt, and the node is about to reopen it) leaves the rest to the
+	// next Start.
+	err := j.resume()
 	if j.cfg.AckRetryTick > 0 {
 		go j.ackLoop()
 	} else {
 		close(j.done)
 	}
-	return nil
+	return err
 }
 
 // Close stops the ack-retry loop and wakes every waiting Replicate (which
@@ -197,6 +212,9 @@ func (j *Jobs) KnownNodes() int { return max(len(j.cfg.Peers.Nodes()), 1) }
 func (j *Jobs) ReachablePeers() int { return len(j.reachableIDs()) }
 
 func (j *Jobs) reachableIDs() []string {
+	if j.boundTr.Load() == nil {
+		return nil // not started: no link to any node yet
+	}
 	var ids []string
 	for _, n := range j.cfg.Peers.Reachable() {
 		if n.ID != j.self() && !n.Myself && !n.Leaving {
@@ -228,7 +246,11 @@ func (j *Jobs) nowMillis() int64 { return j.cfg.Now().UnixMilli() }
 // send sends one message, counting a failure only in the log at debug:
 // the protocol retries what matters.
 func (j *Jobs) send(to string, typ MsgType, payload []byte) {
-	if err := j.tr.Send(to, Message{Type: typ, Payload: payload}); err != nil {
+	tr := j.boundTr.Load()
+	if tr == nil {
+		return // not started: reachableIDs found no node to send to
+	}
+	if err := (*tr).Send(to, Message{Type: typ, Payload: payload}); err != nil {
 		j.log.Debug("replication: send", "to", to, "type", typ, "err", err)
 	}
 }
@@ -240,6 +262,11 @@ func (j *Jobs) send(to string, typ MsgType, payload []byte) {
 // came back gets it); at a job's deadline, DELJOB to every node it was
 // sent to.
 func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
+	return j.replicate(jobs, false)
+}
+
+// replicate is Replicate, or with external ReplicateExternal.
+func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.ReplicationResult {
 	out := make([]queue.ReplicationResult, len(jobs))
 	wake := make(chan struct{}, 1)
 	reach := j.reachableIDs()
@@ -250,7 +277,10 @@ func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 		return out
 	}
 	for i, r := range jobs {
-		p := &pendingRepl{need: int(r.Job.Repl) - 1, confirmed: map[string]bool{}, wake: wake}
+		p := &pendingRepl{need: int(r.Job.Repl) - 1, confirmed: map[string]bool{}, wake: wake, external: external}
+		if external {
+			p.need++
+		}
 		p.sent = pick(reach, nil, p.need)
 		prs[i] = p
 		j.repl[r.Job.ID] = p
@@ -275,6 +305,7 @@ func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 		now := j.nowMillis()
 		var resend []int
 		var dels map[string][]string
+		var enq enqueues
 		j.mu.Lock()
 		closed := j.closed
 		for i, r := range jobs {
@@ -285,10 +316,13 @@ func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 			switch {
 			case len(p.confirmed) >= p.need:
 				finished[i], left = true, left-1
-				out[i] = queue.ReplicationResult{OK: true, Nodes: append([]string{j.self()}, p.sent...)}
+				out[i] = queue.ReplicationResult{OK: true, Nodes: j.nodeList(p)}
+				if external {
+					enq.add(p, r.Job, now)
+				}
 			case closed || r.Deadline != 0 && now >= r.Deadline:
 				finished[i], left = true, left-1
-				out[i] = queue.ReplicationResult{Nodes: append([]string{j.self()}, p.sent...)}
+				out[i] = queue.ReplicationResult{Nodes: j.nodeList(p)}
 				for _, n := range p.sent {
 					if dels == nil {
 						dels = map[string][]string{}
@@ -300,6 +334,7 @@ func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 			}
 		}
 		j.mu.Unlock()
+		j.sendEnqueues(enq)
 		for n, ids := range dels {
 			j.send(n, MsgDelJob, encodeIDs(ids))
 			j.count(func(s *JobsStats) { s.DelJobsSent++ })
@@ -354,7 +389,7 @@ func (j *Jobs) sendRepl(jobs []queue.Replication, prs []*pendingRepl, nodes [][]
 	for i, r := range jobs {
 		var list, targets []string
 		if prs != nil {
-			list = append([]string{j.self()}, prs[i].sent...)
+			list = j.nodeList(prs[i])
 			for _, n := range prs[i].sent {
 				if !prs[i].confirmed[n] {
 					targets = append(targets, n)

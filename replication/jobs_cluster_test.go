@@ -60,6 +60,8 @@ type testCluster struct {
 	nodes []*jobsNode
 	// AckRetryTick of every node's Jobs (negative: tests drive RetryAcks).
 	ackTick time.Duration
+	// now, if set, is every node's clock (broker and Jobs).
+	now func() time.Time
 
 	mu   sync.Mutex
 	ids  []string
@@ -68,7 +70,13 @@ type testCluster struct {
 
 func newTestCluster(t *testing.T, n int, ackTick time.Duration) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, net: NewMemNetwork(), ackTick: ackTick, down: map[string]bool{}}
+	return newTestClusterClock(t, n, ackTick, nil)
+}
+
+// newTestClusterClock is newTestCluster with now as every node's clock.
+func newTestClusterClock(t *testing.T, n int, ackTick time.Duration, now func() time.Time) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, net: NewMemNetwork(), ackTick: ackTick, now: now, down: map[string]bool{}}
 	for range n {
 		c.nodes = append(c.nodes, &jobsNode{dir: t.TempDir()})
 	}
@@ -104,12 +112,12 @@ func (c *testCluster) open(nd *jobsNode) {
 		c.ids = append(c.ids, nd.id)
 	}
 	c.mu.Unlock()
-	nd.jobs, err = NewJobs(JobsConfig{ID: nd.id, Peers: staticPeers{c, nd.id}, Logger: quietLog(), AckRetryTick: c.ackTick})
+	nd.jobs, err = NewJobs(JobsConfig{ID: nd.id, Peers: staticPeers{c, nd.id}, Logger: quietLog(), AckRetryTick: c.ackTick, Now: c.now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	nd.tr = c.net.Join(nd.id, nd.jobs.Handle)
-	nd.broker, err = queue.New(queue.Options{Store: st, Cluster: nd.jobs, Logger: quietLog()})
+	nd.broker, err = queue.New(queue.Options{Store: st, Cluster: nd.jobs, Logger: quietLog(), Now: c.now})
 	if err != nil {
 		t.Fatal(err)
 	}

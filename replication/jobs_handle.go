@@ -2,6 +2,7 @@ package replication
 
 import (
 	"github.com/diskque/diskque/queue"
+	"github.com/diskque/diskque/storage"
 )
 
 // Handle is the Transport handler of the job protocol's messages (the
@@ -25,9 +26,9 @@ func (j *Jobs) Handle(from string, m Message) {
 			j.gotJobs(from, ids)
 		}
 	case MsgSetAck:
-		var ids []string
-		if ids, err = decodeIDs(m.Payload); err == nil {
-			j.setAcks(from, ids)
+		ids, mayhave, e := decodeSetAcks(m.Payload)
+		if err = e; err == nil {
+			j.setAcks(from, ids, mayhave)
 		}
 	case MsgGotAck:
 		ids, known, e := decodeGotAcks(m.Payload)
@@ -39,6 +40,28 @@ func (j *Jobs) Handle(from string, m Message) {
 		if ids, err = decodeIDs(m.Payload); err == nil {
 			j.delJobs(ids)
 		}
+	case MsgWillQueue:
+		var ids []string
+		if ids, err = decodeIDs(m.Payload); err == nil {
+			j.willQueue(from, ids)
+		}
+	case MsgQueued:
+		var qs []queue.RemoteQueuedJob
+		if qs, err = decodeQueued(m.Payload); err == nil {
+			j.queued(from, qs)
+		}
+	case MsgWorking:
+		var ids []string
+		if ids, err = decodeIDs(m.Payload); err == nil {
+			j.working(from, ids)
+		}
+	case MsgPause:
+		name, state, e := decodePause(m.Payload)
+		if err = e; err == nil {
+			j.pause(from, name, state)
+		}
+	case MsgEnqueue:
+		err = j.handleEnqueue(from, m.Payload)
 	}
 	if err != nil {
 		j.count(func(s *JobsStats) { s.BadPayloads++ })
@@ -96,24 +119,64 @@ func (j *Jobs) gotJobs(from string, ids []string) {
 }
 
 // setAcks acks the jobs here (a queued one leaves its queue; an unknown
-// one leaves a dummy ack) and answers GOTACK, once durable.
-func (j *Jobs) setAcks(from string, ids []string) {
+// one leaves a dummy ack) and answers GOTACK, once durable — as Disque
+// does, but for a job this node knows more holders of than the sender
+// (mayhave): it collects that job itself (Acked), and answers GOTACK only
+// if the sender has a dummy ack (mayhave 0), which may then go. Answered,
+// a sender that knows fewer holders would delete the job everywhere it
+// knows and leave the others' copies to be requeued.
+func (j *Jobs) setAcks(from string, ids []string, mayhave []int) {
 	known, err := j.broker.RemoteSetAck(ids)
 	if err != nil {
 		j.log.Warn("replication: SETACK", "from", from, "err", err)
 		return // no GOTACK: the sender tries again
 	}
-	j.send(from, MsgGotAck, encodeGotAcks(ids, known))
+	var answer []string
+	var answerKnown []bool
+	var collect []*storage.Job
+	for i, id := range ids {
+		if known[i] {
+			if job, err := j.broker.Store().Job(id); err == nil && len(job.Nodes) > mayhave[i] {
+				collect = append(collect, job)
+				if mayhave[i] != 0 {
+					continue
+				}
+			}
+		}
+		answer, answerKnown = append(answer, id), append(answerKnown, known[i])
+	}
+	if len(answer) > 0 {
+		j.send(from, MsgGotAck, encodeGotAcks(answer, answerKnown))
+	}
+	if len(collect) > 0 {
+		j.Acked(collect)
+	}
 }
 
-// delJobs deletes the copies (DELJOB) and forgets their collection.
+// delJobs deletes the copies (DELJOB) and forgets their collection. A
+// job this node was collecting too (two holders collect at once after an
+// ACKJOB on a node that never had it) ends its collection as if it had
+// finished: DELJOB to its other targets, whose SETACK from here may have
+// left a dummy ack on a node that had deleted the job already.
 func (j *Jobs) delJobs(ids []string) {
+	dels := map[string][]string{}
 	j.mu.Lock()
 	for _, id := range ids {
+		if gc := j.acks[id]; gc != nil && !gc.dummy {
+			// The sender too: a SETACK from here it had not yet
+			// read when it deleted the job leaves it a dummy ack.
+			for _, n := range gc.targets {
+				dels[n] = append(dels[n], id)
+			}
+		}
 		delete(j.acks, id)
 	}
 	j.mu.Unlock()
 	if _, err := j.broker.RemoteDelJob(ids); err != nil {
 		j.log.Warn("replication: DELJOB", "jobs", len(ids), "err", err)
+	}
+	for n, ids := range dels {
+		j.send(n, MsgDelJob, encodeIDs(ids))
+		j.count(func(s *JobsStats) { s.DelJobsSent++ })
 	}
 }

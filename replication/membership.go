@@ -210,9 +210,8 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		handshakes: map[string]time.Time{},
 		kick:       make(chan struct{}, 1), saveKick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
-	if cfg.Secret == "" {
-		logger.Warn("replication: cluster-secret is not set: the cluster bus is open to anyone who can reach it")
-	}
+	// Without a secret the bus is open: the TCP transport on the same port
+	// says so once at start (one line per node, not one per part).
 	var rejoin []string
 	if f, ok := m.loadNodesFile(); ok {
 		for _, p := range f.Peers {

@@ -296,8 +296,7 @@ func cmdInfo(s *Server, c *call) {
 	)
 	jobs, queues := int64(0), 0
 	if c.broker != nil {
-		st := c.broker.Store().Stats()
-		jobs, queues = st.Jobs, st.Queues
+		jobs, queues = c.broker.Store().Stats().Jobs, c.broker.RegisteredQueues()
 	}
 	add("Jobs", fmt.Sprintf("registered_jobs:%d", jobs))
 	add("Queues", fmt.Sprintf("registered_queues:%d", queues))

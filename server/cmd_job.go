@@ -138,6 +138,7 @@ func cmdAddJob(s *Server, c *call) {
 			replies[i] = errReply
 			continue
 		}
+		r.External = c.external
 		reqs = append(reqs, r)
 		idx = append(idx, i)
 	}

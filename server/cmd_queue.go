@@ -83,7 +83,7 @@ func cmdQPeek(s *Server, c *call) {
 func cmdPause(s *Server, c *call) {
 	name := string(c.args[1])
 	var set storage.PauseState
-	change := false
+	change, bcast := false, false
 	for _, a := range c.args[2:] {
 		switch strings.ToLower(string(a)) {
 		case "in":
@@ -97,8 +97,9 @@ func cmdPause(s *Server, c *call) {
 			change = true
 		case "none":
 			change = true
-		case "state", "bcast":
-			// bcast sends the state to the other nodes: a lone node has none.
+		case "state":
+		case "bcast":
+			bcast = true // the resulting state, to every other node
 		default:
 			c.conn.WriteError(errSyntax)
 			return
@@ -111,6 +112,9 @@ func cmdPause(s *Server, c *call) {
 			c.conn.WriteError(errorReply(err))
 			return
 		}
+	}
+	if bcast {
+		c.broker.BroadcastPause(name, state)
 	}
 	c.conn.WriteString(state.String())
 }

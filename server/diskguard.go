@@ -60,21 +60,22 @@ func (s *Server) diskFree(st *storage.Store) (int64, bool) {
 }
 
 // measureDisk takes the guard's periodic reading and says whether new jobs
-// are refused.
-func (s *Server) measureDisk() (noSpace bool) {
+// are refused (free space under min-free-disk) and whether it is low (under
+// twice min-free-disk: ADDJOB prefers external replication).
+func (s *Server) measureDisk() (noSpace, low bool) {
 	ref := s.useBroker()
 	if ref == nil {
-		return false
+		return false, false
 	}
 	defer ref.done()
 	st := ref.broker().Store()
 	s.readDisk(st)
 	if min := s.guard.minFreeDisk.Load(); min > 0 {
 		if free, ok := s.diskFree(st); ok {
-			return free < min
+			return free < min, free < 2*min
 		}
 	}
-	return false
+	return false, false
 }
 
 // jobDiskBytes is what ADDJOB args reserve.

@@ -55,6 +55,14 @@
 // collection (at most once a second, backing off to 16 s while that frees
 // nothing), so -OOM lifts as soon as memory is freed. Pebble's block cache and memtables, allocated
 // outside the Go heap and sized by configuration, are not counted.
+// In a cluster the pressure makes ADDJOB replicate externally instead
+// (pressure.go, queue/external.go): over 75 % of maxmemory or under twice
+// min-free-disk when REPLICATE other nodes are reachable, and always over
+// maxmemory, under min-free-disk or while LEAVING; -OOM and -NOSPACE are
+// left for a node with no reachable peer. Over maxmemory the guard also
+// evicts, every GuardInterval, the empty queues idle for 2 s (Disque's
+// cron does so under memory pressure; INFO registered_queues counts the
+// queues the broker knows, empty ones included, as Disque's does).
 //
 // Request bodies (reqmem.go): a bulk string of 64 KiB or more is read by
 // the server itself into a buffer of its size, not by redcon (which would

@@ -47,11 +47,14 @@ const (
 
 // errorReply maps an error from the broker or the store to a RESP error.
 func errorReply(err error) string {
+	var noRepl *queue.NoReplError
 	switch {
 	case errors.Is(err, queue.ErrNoJob):
 		return errNoJob
 	case errors.Is(err, queue.ErrTooLate):
 		return errTooLate
+	case errors.As(err, &noRepl):
+		return errNoRepl + ", since I'm unable to hold a copy of the message for the following reason: " + noRepl.Reason
 	case errors.Is(err, queue.ErrNoRepl):
 		return errNoRepl
 	case errors.Is(err, queue.ErrReplTimeout):

@@ -26,6 +26,11 @@ type guard struct {
 	maxMemory   atomic.Int64 // bytes; 0: off
 	noSpace     atomic.Bool
 	oom         atomic.Bool
+	// The pressure short of the limits at which ADDJOB in a cluster
+	// prefers external replication (pressure.go): free disk under twice
+	// min-free-disk, used memory over 75 % of maxmemory.
+	diskLow atomic.Bool
+	memHigh atomic.Bool
 	// The disk accounting (diskguard.go): the last reading of free space,
 	// and the bytes reserved by ADDJOBs in flight.
 	disk         atomic.Pointer[diskReading]
@@ -72,18 +77,26 @@ func (s *Server) measure() {
 	defer g.measuring.Unlock()
 	// An in-memory store (or a filesystem that cannot tell) has no disk to
 	// run out of.
-	noSpace := s.measureDisk()
+	noSpace, diskLow := s.measureDisk()
 	if noSpace != g.noSpace.Load() {
 		g.noSpace.Store(noSpace)
 		s.logGuard("min-free-disk", noSpace, g.minFreeDisk.Load())
 	}
-	oom := false
+	g.diskLow.Store(diskLow)
+	oom, high := false, false
 	if limit := g.maxMemory.Load(); limit > 0 {
-		oom = s.overMaxMemory(limit)
+		// The collection overMaxMemory may force answers for the 75 %
+		// mark, and the limit is read from the same figure after it.
+		high = s.overMaxMemory(limit / 4 * 3)
+		oom = high && s.usedMemory() > limit
 	}
+	g.memHigh.Store(high)
 	if oom != g.oom.Load() {
 		g.oom.Store(oom)
 		s.logGuard("maxmemory", oom, g.maxMemory.Load())
+	}
+	if oom {
+		s.evictIdleQueues()
 	}
 }
 

@@ -35,6 +35,8 @@ type call struct {
 	// more of it (pipelined ADDJOBs) sets consumed.
 	rest     []redcon.Command
 	consumed int
+	// external is how ADDJOB replicates under pressure (pressure.go).
+	external queue.External
 	// reply is conn as the handler writes to it (conn points here).
 	reply replyConn
 }
@@ -104,8 +106,10 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 		return 1
 	}
 	rest := cmds[1:]
+	var external queue.External
 	if name == "addjob" && b != nil {
-		if refusal := s.refuseNewJob(); refusal != "" {
+		var refusal string
+		if external, refusal = s.addJobPressure(b); refusal != "" {
 			conn.WriteError(refusal)
 			return 1
 		}
@@ -116,15 +120,20 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 			return 1
 		}
 		rest = s.addJobBatchable(rest)
-		var reserved int64
-		var ok bool
-		if rest, reserved, ok = s.reserveAddJobs(b.Store(), args, rest); !ok {
-			conn.WriteError(errNoSpace)
-			return 1
+		if !external.Required() { // external jobs write nothing here
+			var reserved int64
+			var ok bool
+			if rest, reserved, ok = s.reserveAddJobs(b.Store(), args, rest); !ok {
+				if b.ReachablePeers() == 0 {
+					conn.WriteError(errNoSpace)
+					return 1
+				}
+				external = queue.ExternalOutOfDisk
+			}
+			defer s.releaseDisk(reserved)
 		}
-		defer s.releaseDisk(reserved)
 	}
-	c := &call{args: args, broker: b, client: cl, rest: rest}
+	c := &call{args: args, broker: b, client: cl, rest: rest, external: external}
 	c.reply.Conn = conn
 	c.conn = &c.reply
 	if mons := s.monitors.Load(); mons != nil {

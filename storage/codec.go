@@ -18,7 +18,7 @@ const (
 	recDeliver wal.RecordType = 3  // id, qtime: queued → active, delivered
 	recRequeue wal.RecordType = 4  // id, qtime: retry timer fired → queued
 	recNack    wal.RecordType = 5  // id, qtime, awake: → queued (or delayed), nacks+1
-	recWorking wal.RecordType = 6  // id, qtime: next requeue postponed
+	recWorking wal.RecordType = 6  // id, qtime[, +nacks, +additional deliveries]: requeue postponed (Postpone: QUEUED's counters)
 	recAck     wal.RecordType = 7  // id: → acked
 	recDel     wal.RecordType = 8  // id: deleted
 	recPause   wal.RecordType = 9  // queue, pause state
@@ -84,6 +84,8 @@ type op struct {
 	// nodes: the node list a NODES record sets.
 	nodes []string
 	awake int64 // nack
+	// working: the counters to add (QUEUED from another node).
+	addNacks, addDeliveries uint32
 	// add
 	job        *Job
 	body       []byte // as stored (compressed when compressed is set)
@@ -132,9 +134,17 @@ func encodeOp(dst []byte, o *op) []byte {
 		dst = append(dst, flags)
 		dst = binary.AppendUvarint(dst, uint64(o.job.BodySize))
 		return append(dst, o.body...)
-	case recQueue, recDeliver, recRequeue, recWorking:
+	case recQueue, recDeliver, recRequeue:
 		dst = append(dst, o.id...)
 		return binary.AppendVarint(dst, o.qtime)
+	case recWorking:
+		dst = append(dst, o.id...)
+		dst = binary.AppendVarint(dst, o.qtime)
+		if o.addNacks != 0 || o.addDeliveries != 0 {
+			dst = binary.AppendUvarint(dst, uint64(o.addNacks))
+			dst = binary.AppendUvarint(dst, uint64(o.addDeliveries))
+		}
+		return dst
 	case recNack:
 		dst = append(dst, o.id...)
 		dst = binary.AppendVarint(dst, o.qtime)
@@ -204,9 +214,15 @@ func decodeOp(typ wal.RecordType, payload []byte) (*op, error) {
 		if d.err == nil && !o.compressed && len(o.body) != int(j.BodySize) {
 			d.fail("body length mismatch")
 		}
-	case recQueue, recDeliver, recRequeue, recWorking:
+	case recQueue, recDeliver, recRequeue:
 		o.id = d.id()
 		o.qtime = d.varint()
+	case recWorking:
+		o.id = d.id()
+		o.qtime = d.varint()
+		if len(d.b) > 0 { // the counters, when some were bumped
+			o.addNacks, o.addDeliveries = d.u32(), d.u32()
+		}
 	case recNack:
 		o.id = d.id()
 		o.qtime = d.varint()

@@ -138,7 +138,10 @@
 // index value spells a list other than "just this node" out (40 bytes and a
 // length per node: 154 bytes for a job with three nodes, against 30 for a
 // lone node's; node ids are not interned yet). SetNodeID gives an empty
-// store a new node id (CLUSTER RESET HARD). These records are format 5
+// store a new node id (CLUSTER RESET HARD). Batch.Postpone is Working for
+// another node's QUEUED or WORKING: the WORKING record then also carries the
+// nacks and additional deliveries that node added to its copy, so every
+// copy's counters agree. These records are format 5
 // (keys.go formatVersion): an older build refuses the index once Open has
 // marked it.
 //

@@ -45,6 +45,7 @@ func fuzzSeedOps() []*op {
 		{typ: recNack, id: fuzzJobID, qtime: 80_000, awake: 150_000},
 		{typ: recNack, id: fuzzJobID, qtime: 80_000},
 		{typ: recWorking, id: fuzzJobID, qtime: 1 << 62},
+		{typ: recWorking, id: fuzzJobID, qtime: 90_000, addNacks: 1, addDeliveries: 1 << 31},
 		{typ: recAck, id: fuzzJobID},
 		{typ: recDel, id: fuzzJobID},
 		{typ: recDequeue, id: fuzzJobID},

@@ -269,6 +269,16 @@ func (b *Batch) Nack(id string, qtime, awake int64) { b.job(nackOp(id, qtime, aw
 // Working adds a Store.Working to the batch.
 func (b *Batch) Working(id string, qtime int64) { b.job(workingOp(id, qtime)) }
 
+// Postpone is Working for another node's QUEUED or WORKING: the next
+// requeue moves to qtime, and nacks and additional deliveries grow by what
+// that node added to its own copy's (so SHOW and GETJOB WITHCOUNTERS agree
+// across nodes). Like Working it refuses an at-most-once or acked job.
+func (b *Batch) Postpone(id string, qtime int64, addNacks, addDeliveries uint32) {
+	o := workingOp(id, qtime)
+	o.addNacks, o.addDeliveries = addNacks, addDeliveries
+	b.job(o)
+}
+
 // Dequeue adds a Store.Dequeue to the batch.
 func (b *Batch) Dequeue(id string) { b.job(&op{typ: recDequeue, id: id}) }
 

@@ -107,6 +107,8 @@ func transition(cur *Job, o *op) (*Job, error) {
 			return nil, fmt.Errorf("%w: %s is at-most-once", ErrWrongState, cur.ID)
 		}
 		j.QueueTime = o.qtime
+		j.Nacks += o.addNacks
+		j.AdditionalDeliveries += o.addDeliveries
 	case recDequeue:
 		if cur.State != StateQueued {
 			return nil, fmt.Errorf("%w: %s is %s, not queued", ErrWrongState, cur.ID, cur.State)

@@ -1,0 +1,53 @@
+package replication
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/queue"
+	"github.com/diskque/diskque/storage"
+)
+
+// onePeer says another node is reachable.
+type onePeer struct{ self, other string }
+
+func (p onePeer) Nodes() []NodeInfo {
+	return []NodeInfo{{ID: p.self, Myself: true}, {ID: p.other}}
+}
+func (p onePeer) Reachable() []NodeInfo { return []NodeInfo{{ID: p.other}} }
+
+// TestAddBeforeStart: the daemon serves clients a moment before the bus is
+// up and the broker's Jobs started. A replicated ADDJOB then must get
+// -NOREPL (no link to any node yet), not a nil transport's panic, and an
+// ASYNC one must be added alone.
+func TestAddBeforeStart(t *testing.T) {
+	opts := storage.TestingOptions()
+	opts.FS, opts.Logger = vfs.NewMem(), quietLog()
+	st, err := storage.Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	other := storage.NewNodeID()
+	j, err := NewJobs(JobsConfig{ID: st.NodeID(), Peers: onePeer{st.NodeID(), other}, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	b, err := queue.New(queue.Options{Store: st, Cluster: j, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	res := b.AddJobs([]queue.AddRequest{
+		{Queue: "q", Body: []byte("sync"), Replicate: 2, TTL: 60, Retry: 10, Timeout: 100},
+		{Queue: "q", Body: []byte("async"), Replicate: 2, TTL: 60, Retry: 10, Async: true},
+	})
+	if !errors.Is(res[0].Err, queue.ErrNoRepl) {
+		t.Fatalf("REPLICATE 2 before Start: %+v, want ErrNoRepl", res[0])
+	}
+	if res[1].Err != nil && !errors.Is(res[1].Err, queue.ErrNoRepl) {
+		t.Fatalf("ASYNC REPLICATE 2 before Start: %v", res[1].Err)
+	}
+}
