@@ -291,10 +291,6 @@ func TestClusterProcessesAckGC(t *testing.T) {
 // the holders then collect the job themselves and every copy goes (Disque
 // 05-acks "It is possible to acknowledge jobs to nodes not knowing it").
 func TestClusterProcessesAckToNonHolder(t *testing.T) {
-	t.Skip("the job protocol does not do this yet: a holder that gets a dummy ack's SETACK " +
-		"marks its copy acked but starts no ack collection of its own (replication.Jobs.setAcks; " +
-		"Disque's SETACK carries the sender's holder count and the receiver runs tryJobGC " +
-		"when it knows more holders) — the copies stay acked forever")
 	pc := startProcCluster(t, 3)
 	id := addJob(t, pc.clients[0], "qa", "b", "REPLICATE", 2)
 	stranger := nonHolder(t, pc, 0, id)
