@@ -390,15 +390,20 @@ func (m *Membership) Nodes() []NodeInfo {
 	return out
 }
 
-// Reachable is every other node neither suspected nor failed (and seen
-// alive by this memberlist instance).
+// Reachable is every other node neither suspected nor failed: seen alive
+// by this memberlist instance, or pending — known from the nodes file (or
+// from before SetNodeTimeout recreated memberlist) and not yet found dead
+// by the rejoin. Disque too counts the nodes of its nodes file reachable
+// at once: a node restarted after a crash replicates a new job at once
+// (REPLJOB to a pending node that is in fact down is answered by nobody,
+// and ADDJOB adds another node while short).
 func (m *Membership) Reachable() []NodeInfo {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
 	var out []NodeInfo
 	for _, p := range m.sortedPeersLocked() {
-		if n := m.infoLocked(p, now); p.inList && !n.Suspect && !n.Failed {
+		if n := m.infoLocked(p, now); (p.inList || p.pending) && !n.Suspect && !n.Failed {
 			out = append(out, n)
 		}
 	}

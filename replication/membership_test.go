@@ -449,6 +449,28 @@ func TestMembershipRestartOfEveryNodeRejoins(t *testing.T) {
 	t.Logf("rejoined in %v", took)
 }
 
+// A node restarted on its directory counts the peers of its nodes file
+// reachable at once, before its rejoin has reached them (Disque does: its
+// test suite sends a REPLICATE 3 ADDJOB to a node right after restarting
+// it), and they stay so once the rejoin found them.
+func TestMembershipPeersFromTheNodesFileAreReachableAtOnce(t *testing.T) {
+	leakcheck.Check(t)
+	a := startNode(t, "", "", nodeOpts{})
+	b := startNode(t, "", "", nodeOpts{})
+	b.meet(t, a)
+	waitFor(t, 10*time.Second, "2 nodes converge", allReachable([]*testNode{a, b}))
+	aAddr := a.mux.Addr().String()
+	a.stop()
+	a2 := startNode(t, a.id, a.dir, nodeOpts{addr: aAddr})
+	if r := a2.m.Reachable(); len(r) != 1 || r[0].ID != b.id {
+		t.Fatalf("right after the restart, Reachable() = %+v; want b, from the nodes file", r)
+	}
+	waitFor(t, 10*time.Second, "the rejoin to find b", func() bool {
+		n, ok := a2.node(b.id)
+		return ok && len(a2.m.Reachable()) == 1 && !n.Failed
+	})
+}
+
 func TestMembershipForgetBan(t *testing.T) {
 	leakcheck.Check(t)
 	const ban = time.Second
