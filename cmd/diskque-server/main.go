@@ -170,6 +170,10 @@ func run(cfg config) error {
 	}
 	n := newNode(dir, sopts, gcOpts, srv, log)
 	n.bus = bus
+	// The server gets the broker once the bus runs (publish, below):
+	// commands sent meanwhile wait for it (loadingWait), and none runs on a
+	// broker whose job protocol cannot replicate yet.
+	n.holdBroker = true
 	n.rebuild = cfg.RebuildIndex // --rebuild-index: the first open rebuilds the index
 	live.attach(n)               // a CONFIG SET appendfsync while we got here counts
 	if err := n.open(); err != nil {
@@ -193,6 +197,7 @@ func run(cfg config) error {
 	}
 	srv.SetCluster(clusterControl{Membership: bus.membership, bus: bus, node: n}, bus.transport)
 	live.attachCluster(bus.membership)
+	n.publish()
 	log.Info("ready to accept commands")
 
 	var serveErr error

@@ -68,6 +68,11 @@ type node struct {
 	// rebuild: the next open rebuilds the index (--rebuild-index, or it
 	// was found corrupt). Guarded by mu.
 	rebuild bool
+	// holdBroker: open does not hand its broker to the server; publish
+	// does (the first open of a daemon, whose cluster bus starts after
+	// it: until then the broker's job protocol cannot replicate, and an
+	// ADDJOB would get -NOREPL). Guarded by mu.
+	holdBroker bool
 	// rewrite is what a store that failed an fsync kept of its unsynced
 	// writes, for the next open to write again (storage.Options.Rewrite).
 	// Guarded by mu.
@@ -149,8 +154,25 @@ func (n *node) open() error {
 	}
 	n.catchUpSync(st, sopts.Sync)
 	n.srv.SetCollector(collector)
-	n.srv.SetBroker(broker)
+	n.mu.Lock()
+	hold := n.holdBroker
+	n.mu.Unlock()
+	if !hold {
+		n.srv.SetBroker(broker)
+	}
 	return nil
+}
+
+// publish hands the broker that open held back (holdBroker) to the server,
+// which then serves commands that need it; later opens hand theirs at once.
+func (n *node) publish() {
+	n.mu.Lock()
+	n.holdBroker = false
+	broker := n.broker
+	n.mu.Unlock()
+	if broker != nil {
+		n.srv.SetBroker(broker)
+	}
 }
 
 // setNodeID gives the store a new node id (CLUSTER RESET HARD, after the
