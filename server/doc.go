@@ -36,7 +36,8 @@
 // TIME, CLIENT, COMMAND, …) gets -LOADING — after waiting up to
 // Options.LoadingWait for the broker (the daemon waits 5 s: a replay after
 // a crash takes milliseconds, and Disque's clients, its test suite among
-// them, send their next command as soon as PING answers).
+// them, send their next command as soon as PING answers). PING waits too
+// (and then answers PONG, loading or not), so that its answer means ready.
 //
 // Security: with Options.RequirePass set, a connection must AUTH before
 // anything but AUTH and QUIT (-NOAUTH); passwords are compared in constant

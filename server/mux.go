@@ -93,10 +93,12 @@ func (s *Server) execute(conn redcon.Conn, cmds []redcon.Command) int {
 		return 1
 	}
 	ref := s.useBroker()
-	if ref == nil && !cmd.whileLoading {
+	if ref == nil && (!cmd.whileLoading || name == "ping") {
 		// The store is recovering: wait a moment for it (LoadingWait)
 		// rather than answer -LOADING to a client that just saw PING
-		// answered.
+		// answered. PING waits too (then answers even while loading):
+		// clients take PONG for "ready", as Disque answers nothing before
+		// it is.
 		ref = s.waitBroker()
 	}
 	defer ref.done()

@@ -104,39 +104,44 @@ func TestLoadingUntilBrokerIsSet(t *testing.T) {
 
 // With LoadingWait, a command that arrives while the store recovers waits
 // for it and gets its real answer (Disque serves nothing before its AOF is
-// loaded; its test suite sends SHOW right after PING answered); one that
-// waits longer than LoadingWait gets -LOADING.
+// loaded; its test suite sends SHOW right after PING answered); PING waits
+// too, so its PONG means ready. One that waits longer than LoadingWait gets
+// -LOADING, and PING then PONG.
 func TestLoadingWaitAnswersOnceTheBrokerIsSet(t *testing.T) {
 	s, addr := startServerOpts(t, "127.0.0.1:0", Options{LoadingWait: time.Minute})
-	if got := roundTrip(t, addr, "PING\r\n", 1); got[0] != "+PONG" {
-		t.Fatalf("PING while loading: %q", got)
+	var readers []*bufio.Reader
+	for _, cmd := range []string{"PING\r\n", "QLEN q\r\n"} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte(cmd)); err != nil {
+			t.Fatal(err)
+		}
+		// No reply within a moment: it waits for the broker.
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		r := bufio.NewReader(c)
+		if line, err := r.ReadString('\n'); err == nil {
+			t.Fatalf("%q while loading answered %q at once; want it to wait for the broker", cmd, line)
+		}
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		readers = append(readers, r)
 	}
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("QLEN q\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	// QLEN waits (no reply within a moment), then answers once the
-	// broker is set.
-	c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-	r := bufio.NewReader(c)
-	if line, err := r.ReadString('\n'); err == nil {
-		t.Fatalf("QLEN while loading answered %q at once; want it to wait for the broker", line)
-	}
-	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	s.SetBroker(newBroker(t))
-	if line, err := r.ReadString('\n'); err != nil || line != ":0\r\n" {
-		t.Fatalf("QLEN sent while loading: %q, %v; want :0 once the broker is set", line, err)
+	for i, want := range []string{"+PONG\r\n", ":0\r\n"} {
+		if line, err := readers[i].ReadString('\n'); err != nil || line != want {
+			t.Fatalf("command %d sent while loading: %q, %v; want %q once the broker is set", i, line, err, want)
+		}
 	}
 
-	// A wait that runs out is answered -LOADING.
+	// A wait that runs out: -LOADING, and PONG for PING.
 	_, addr2 := startServerOpts(t, "127.0.0.1:0", Options{LoadingWait: 50 * time.Millisecond})
 	if got := roundTrip(t, addr2, "QLEN q\r\n", 1); !strings.HasPrefix(got[0], "-LOADING ") {
 		t.Fatalf("QLEN while loading with a 50 ms wait: %q, want -LOADING", got)
+	}
+	if got := roundTrip(t, addr2, "PING\r\n", 1); got[0] != "+PONG" {
+		t.Fatalf("PING while loading with a 50 ms wait: %q, want +PONG", got)
 	}
 }
 
