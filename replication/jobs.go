@@ -67,6 +67,9 @@ type Jobs struct {
 	// before the bus is up, and a Jobs not started replicates nothing.
 	bound   atomic.Pointer[queue.Broker]
 	boundTr atomic.Pointer[Transport]
+	// replRTT is a moving average of the REPLJOB→GOTJOB round trip (ms),
+	// which paces the nodes a short replication adds.
+	replRTT atomic.Int64
 
 	// mu guards the maps below. It is a leaf: never held across a broker
 	// call, a transport Send or a wait.
@@ -104,6 +107,9 @@ type pendingRepl struct {
 	// external: this node keeps no copy (jobs_external.go): need is
 	// Repl, and the copies' node list is sent alone.
 	external bool
+	// start is when the first REPLJOB went (Unix ms), for the round-trip
+	// estimate; added when a node was last added.
+	start, added int64
 }
 
 // ackGC is the collection of one acked job's copies.
@@ -282,6 +288,7 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 			p.need++
 		}
 		p.sent = pick(reach, nil, p.need)
+		p.start, p.added = j.nowMillis(), j.nowMillis()
 		prs[i] = p
 		j.repl[r.Job.ID] = p
 	}
@@ -348,14 +355,21 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 		case <-t.C:
 		}
 		t.Reset(j.cfg.ResendInterval)
-		// Short: one more node each, and again to those that did not
-		// answer.
+		// Short: again to those that did not answer, and one more node
+		// each once the answers are late: after ResendInterval, or twice
+		// the usual round trip if that is longer (Disque adds a node every
+		// 50 ms or more, from its clients' cron; on a loaded machine whose
+		// round trip passes 50 ms, adding one at every tick would send a
+		// REPLICATE 5 job to every node of a cluster of 7).
 		reach = j.reachableIDs()
+		addAfter := min(max(j.cfg.ResendInterval.Milliseconds(), 2*j.replRTT.Load()), maxAddNodeAfter)
+		now = j.nowMillis()
 		j.mu.Lock()
 		for _, i := range resend {
 			p := prs[i]
-			if len(p.confirmed) < p.need {
+			if len(p.confirmed) < p.need && now-p.added >= addAfter {
 				p.sent = append(p.sent, pick(reach, p.sent, 1)...)
+				p.added = now
 			}
 		}
 		j.mu.Unlock()
@@ -367,6 +381,10 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 		j.sendRepl(sub, subp, nil, false)
 	}
 }
+
+// maxAddNodeAfter bounds the wait before a short replication adds a node,
+// however slow the round trips were (ms).
+const maxAddNodeAfter = 1000
 
 // pick returns up to n of from, not in except, in random order.
 func pick(from, except []string, n int) []string {

@@ -106,10 +106,16 @@ func (j *Jobs) gotJobs(from string, ids []string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.stats.GotJobsReceived += int64(len(ids))
-	for _, id := range ids {
+	now := j.nowMillis()
+	for i, id := range ids {
 		p := j.repl[id]
 		if p == nil || p.confirmed[from] {
 			continue
+		}
+		if i == 0 {
+			// One sample per message: an average over 8 answers.
+			old := j.replRTT.Load()
+			j.replRTT.Store(old + (max(now-p.start, 0)-old)/8)
 		}
 		p.confirmed[from] = true
 		if len(p.confirmed) >= p.need {

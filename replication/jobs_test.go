@@ -329,3 +329,25 @@ func TestAsyncReplicates(t *testing.T) {
 		t.Fatalf("origin's nodes: %v", j.Nodes)
 	}
 }
+
+// TestReplicateAddsNodesAtTheRoundTripsPace: a short replication adds a
+// node once its answers are late — after twice the usual REPLJOB round
+// trip when that is longer than ResendInterval. Disque's suite (unit 05)
+// met a REPLICATE 5 job on all 7 nodes when its round trips passed 50 ms
+// and a node was added at every 50 ms tick.
+func TestReplicateAddsNodesAtTheRoundTripsPace(t *testing.T) {
+	c := newTestCluster(t, 4, -1)
+	origin := c.nodes[0]
+	for _, nd := range c.nodes[1:] {
+		c.net.Cut(origin.id, nd.id)
+	}
+	origin.jobs.replRTT.Store(200) // answers usually take 200 ms: add a node after 400
+	res := addJob(t, origin, queue.AddRequest{Replicate: 2, Timeout: 300})
+	if !errors.Is(res.Err, queue.ErrReplTimeout) {
+		t.Fatalf("err %v, want ErrReplTimeout", res.Err)
+	}
+	// The DELJOBs at the timeout go to every node the job was sent to.
+	if n := origin.jobs.Stats().DelJobsSent; n != 1 {
+		t.Fatalf("the job went to %d nodes in 300 ms, want 1 (no node added before 400 ms)", n)
+	}
+}
