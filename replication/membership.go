@@ -124,6 +124,7 @@ type Membership struct {
 	advertise *net.TCPAddr
 	onChange  func(NodeInfo, bool)
 	gt        *gossipTransport
+	started   int64 // when NewMembership ran (Unix ms): in the node metadata
 
 	// listMu guards list (memberlist is recreated by Reset and
 	// SetNodeTimeout). Lock order: listMu, then memberlist's own locks
@@ -202,7 +203,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		cfg.ForgetBan = DefaultForgetBan
 	}
 	m := &Membership{
-		log: logger, dir: cfg.Dir, client: cfg.ClientAddr, secret: cfg.Secret, ban: cfg.ForgetBan,
+		log: logger, dir: cfg.Dir, started: time.Now().UnixMilli(), client: cfg.ClientAddr, secret: cfg.Secret, ban: cfg.ForgetBan,
 		advertise: advertiseAddr(cfg.Mux.Addr(), cfg.ClientAddr),
 		onChange:  cfg.OnChange,
 		id:        cfg.ID, timeout: cfg.NodeTimeout, timings: timingsFor(cfg.NodeTimeout),
@@ -952,7 +953,7 @@ func (d *gossipDelegate) NodeMeta(limit int) []byte {
 	m := d.m
 	m.mu.Lock()
 	meta := nodeMeta{ID: m.id, ClientAddr: m.client, BusAddr: m.advertise.String(),
-		Leaving: m.leaving, Reset: m.resetting}.encode()
+		Leaving: m.leaving, Reset: m.resetting, Started: m.started}.encode()
 	m.mu.Unlock()
 	if len(meta) > limit {
 		return nil // cannot happen: ids and addresses are short

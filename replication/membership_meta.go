@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,13 +15,20 @@ import (
 // nodeMeta is what a node gossips about itself in memberlist's node
 // metadata (at most memberlist.MetaMaxSize bytes):
 //
-//	dq1 <id> <client ip:port> <bus ip:port> <flags>
+//	dq1 <id> <client ip:port> <bus ip:port> <flags> [<started>]
 //
 // flags is "-" or a comma list of "leaving" and "reset" (the node is
 // resetting itself and is about to leave: peers forget it at once).
+// started is when the node's Membership started (Unix ms): a restarted node
+// gossips new metadata, so memberlist tells its peers (NotifyUpdate) even
+// when nothing else changed, and they count that as a sign of life from the
+// node itself (it alone makes its metadata). Without it, a node restarted
+// and killed again within a moment stayed "fail?" from its first death on,
+// as if it had never come back (Disque's suite, unit 02).
 type nodeMeta struct {
 	ID, ClientAddr, BusAddr string
 	Leaving, Reset          bool
+	Started                 int64
 }
 
 const metaVersion = "dq1"
@@ -37,7 +45,11 @@ func (m nodeMeta) encode() []byte {
 	if len(flags) > 0 {
 		f = strings.Join(flags, ",")
 	}
-	return []byte(strings.Join([]string{metaVersion, m.ID, m.ClientAddr, m.BusAddr, f}, " "))
+	fields := []string{metaVersion, m.ID, m.ClientAddr, m.BusAddr, f}
+	if m.Started > 0 {
+		fields = append(fields, strconv.FormatInt(m.Started, 10))
+	}
+	return []byte(strings.Join(fields, " "))
 }
 
 func decodeMeta(b []byte) (nodeMeta, error) {
@@ -45,10 +57,17 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 		return nodeMeta{}, errors.New("replication: node metadata is too long")
 	}
 	fields := strings.Split(string(b), " ")
-	if len(fields) != 5 || fields[0] != metaVersion {
+	if len(fields) < 5 || len(fields) > 6 || fields[0] != metaVersion {
 		return nodeMeta{}, fmt.Errorf("replication: node metadata %q is not ours", b)
 	}
 	m := nodeMeta{ID: fields[1], ClientAddr: fields[2], BusAddr: fields[3]}
+	if len(fields) == 6 {
+		started, err := strconv.ParseInt(fields[5], 10, 64)
+		if err != nil || started <= 0 {
+			return nodeMeta{}, fmt.Errorf("replication: node metadata has a bad start time %q", fields[5])
+		}
+		m.Started = started
+	}
 	if !validNodeID(m.ID) {
 		return nodeMeta{}, fmt.Errorf("replication: node metadata names a bad id %q", m.ID)
 	}

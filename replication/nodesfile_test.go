@@ -2,6 +2,7 @@ package replication
 
 import (
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -84,3 +85,32 @@ func TestTimingsFitTwiceTheNodeTimeout(t *testing.T) {
 }
 
 func msDuration(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// TestRestartedNodeGossipsNewMetadata: memberlist tells a node's peers of
+// its restart (NotifyUpdate, which they count as a sign of life) only when
+// its metadata changed; the start time in it makes every start differ. A
+// node restarted and killed again at once used to look to its peers as if
+// it had stayed dead since its first death (Disque's suite, unit 02: "Sync
+// REPLJOB messages are retried against old nodes" got -NOREPL).
+func TestRestartedNodeGossipsNewMetadata(t *testing.T) {
+	id := strings.Repeat("a", 40)
+	meta := func(m *Membership) []byte { return (&gossipDelegate{m: m}).NodeMeta(512) }
+	bus := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 17711}
+	first := &Membership{id: id, client: "127.0.0.1:7711", advertise: bus, started: 1796000000000}
+	// The same node, started again a millisecond later.
+	second := &Membership{id: id, client: "127.0.0.1:7711", advertise: bus, started: first.started + 1}
+	if a, b := meta(first), meta(second); string(a) == string(b) {
+		t.Fatalf("two starts of one node gossip the same metadata %q", a)
+	}
+	got, err := decodeMeta(meta(first))
+	if err != nil || got.Started != first.started || got.ID != id {
+		t.Fatalf("decodeMeta = %+v, %v", got, err)
+	}
+	// A node from before the start time (5 fields) is still understood.
+	if got, err := decodeMeta([]byte("dq1 " + id + " 1.2.3.4:1 1.2.3.4:2 -")); err != nil || got.Started != 0 {
+		t.Fatalf("5-field metadata: %+v, %v", got, err)
+	}
+	if _, err := decodeMeta([]byte("dq1 " + id + " 1.2.3.4:1 1.2.3.4:2 - soon")); err == nil {
+		t.Fatal("a bad start time accepted")
+	}
+}
