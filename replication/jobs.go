@@ -230,6 +230,28 @@ func (j *Jobs) reachableIDs() []string {
 	return ids
 }
 
+// linkedIDs are the reachable nodes whose bus link is up now: the ones a
+// REPLJOB goes to (Disque's "no link, no party"). A node just restarted
+// is reachable before its link is redialled; picked then, its copy would
+// wait in the link's queue while the replication, short, added node after
+// node — a REPLICATE 5 job reached all 7 nodes of Disque's suite (05). The
+// NOREPL check at the start still counts reachable nodes: one whose link
+// is down now may be picked at a later round.
+func (j *Jobs) linkedIDs() []string {
+	tr := j.boundTr.Load()
+	if tr == nil {
+		return nil
+	}
+	ids := j.reachableIDs()
+	linked := ids[:0]
+	for _, id := range ids {
+		if (*tr).Connected(id) {
+			linked = append(linked, id)
+		}
+	}
+	return linked
+}
+
 func (j *Jobs) otherIDs() []string {
 	var ids []string
 	for _, n := range j.cfg.Peers.Nodes() {
@@ -275,7 +297,7 @@ func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.ReplicationResult {
 	out := make([]queue.ReplicationResult, len(jobs))
 	wake := make(chan struct{}, 1)
-	reach := j.reachableIDs()
+	reach := j.linkedIDs()
 	prs := make([]*pendingRepl, len(jobs))
 	j.mu.Lock()
 	if j.closed {
@@ -361,7 +383,7 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 		// 50 ms or more, from its clients' cron; on a loaded machine whose
 		// round trip passes 50 ms, adding one at every tick would send a
 		// REPLICATE 5 job to every node of a cluster of 7).
-		reach = j.reachableIDs()
+		reach = j.linkedIDs()
 		addAfter := min(max(j.cfg.ResendInterval.Milliseconds(), 2*j.replRTT.Load()), maxAddNodeAfter)
 		now = j.nowMillis()
 		j.mu.Lock()
@@ -441,7 +463,7 @@ func (j *Jobs) count(f func(*JobsStats)) {
 // ReplicateAsync implements queue.Cluster: REPLJOB without GOTJOB to
 // Repl−1 reachable nodes chosen at random.
 func (j *Jobs) ReplicateAsync(jobs []queue.Replication) [][]string {
-	reach := j.reachableIDs()
+	reach := j.linkedIDs()
 	nodes := make([][]string, len(jobs))
 	for i, r := range jobs {
 		nodes[i] = append([]string{j.self()}, pick(reach, nil, int(r.Job.Repl)-1)...)

@@ -40,7 +40,7 @@ func (j *Jobs) ReplicateExternal(jobs []queue.Replication) []queue.ReplicationRe
 
 // ReplicateExternalAsync implements queue.ExternalCluster.
 func (j *Jobs) ReplicateExternalAsync(jobs []queue.Replication) [][]string {
-	reach := j.reachableIDs()
+	reach := j.linkedIDs()
 	now := j.nowMillis()
 	prs := make([]*pendingRepl, len(jobs))
 	nodes := make([][]string, len(jobs))

@@ -339,7 +339,7 @@ func TestReplicateAddsNodesAtTheRoundTripsPace(t *testing.T) {
 	c := newTestCluster(t, 4, -1)
 	origin := c.nodes[0]
 	for _, nd := range c.nodes[1:] {
-		c.net.Cut(origin.id, nd.id)
+		nd.jobs.Close() // linked, but silent: its protocol drops what it gets
 	}
 	origin.jobs.replRTT.Store(200) // answers usually take 200 ms: add a node after 400
 	res := addJob(t, origin, queue.AddRequest{Replicate: 2, Timeout: 300})
@@ -349,5 +349,30 @@ func TestReplicateAddsNodesAtTheRoundTripsPace(t *testing.T) {
 	// The DELJOBs at the timeout go to every node the job was sent to.
 	if n := origin.jobs.Stats().DelJobsSent; n != 1 {
 		t.Fatalf("the job went to %d nodes in 300 ms, want 1 (no node added before 400 ms)", n)
+	}
+}
+
+// TestReplicatePicksLinkedNodes: a node reachable by membership whose bus
+// link is down (just restarted: its link not yet redialled) gets no
+// REPLJOB; the job goes to the linked nodes, at once and with no node
+// added. Picked, its copy waited in the link's queue while the short
+// replication added node after node (Disque's suite 05 found a REPLICATE
+// 5 job on all 7 nodes).
+func TestReplicatePicksLinkedNodes(t *testing.T) {
+	c := newTestCluster(t, 4, -1)
+	origin := c.nodes[0]
+	c.net.Cut(origin.id, c.nodes[1].id) // membership still counts it reachable
+	for range 20 {
+		res := addJob(t, origin, queue.AddRequest{Replicate: 3, Timeout: 5000})
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		job, err := origin.st.Job(res.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(job.Nodes, c.nodes[1].id) || len(job.Nodes) != 3 {
+			t.Fatalf("nodes-delivered %v: want the origin and the two linked nodes", job.Nodes)
+		}
 	}
 }
