@@ -74,9 +74,14 @@ type Jobs struct {
 	// repl: the synchronous replications waiting for GOTJOB, by job id.
 	repl map[string]*pendingRepl
 	// acks: the acked jobs whose copies are being collected, by job id.
-	acks   map[string]*ackGC
-	closed bool
-	stats  JobsStats
+	acks map[string]*ackGC
+	// confirm: per sender, the REPLJOB copies waiting for durability
+	// before their GOTJOB (jobs_handle.go); confirmers counts the
+	// goroutines running them, which Close waits for.
+	confirm    map[string]*gotJobConfirmer
+	confirmers sync.WaitGroup
+	closed     bool
+	stats      JobsStats
 
 	stop chan struct{}
 	done chan struct{}
@@ -149,7 +154,8 @@ func NewJobs(cfg JobsConfig) (*Jobs, error) {
 		cfg.AckRetryTick = 100 * time.Millisecond
 	}
 	return &Jobs{cfg: cfg, log: cfg.Logger, repl: map[string]*pendingRepl{}, acks: map[string]*ackGC{},
-		stop: make(chan struct{}), done: make(chan struct{})}, nil
+		confirm: map[string]*gotJobConfirmer{},
+		stop:    make(chan struct{}), done: make(chan struct{})}, nil
 }
 
 // Start binds the broker and the transport (whose handler is j.Handle),
@@ -193,6 +199,7 @@ func (j *Jobs) Close() error {
 	if j.broker != nil {
 		<-j.done
 	}
+	j.confirmers.Wait()
 	return nil
 }
 
