@@ -121,7 +121,10 @@ type ackGC struct {
 	next      time.Time       // when the next round is due
 }
 
-var _ queue.Cluster = (*Jobs)(nil)
+var (
+	_ queue.Cluster      = (*Jobs)(nil)
+	_ queue.AsyncPlanner = (*Jobs)(nil)
+)
 
 // self is this node's id: the broker's once Start bound it (CLUSTER RESET
 // HARD changes it there, Broker.SetNodeID), cfg.ID before.
@@ -437,4 +440,27 @@ func (j *Jobs) ReplicateAsync(jobs []queue.Replication) [][]string {
 	}
 	j.sendRepl(jobs, nil, nodes, true)
 	return nodes
+}
+
+// AsyncNodes implements queue.AsyncPlanner: up to n reachable nodes,
+// chosen at random, as ReplicateAsync chooses them.
+func (j *Jobs) AsyncNodes(n int) []string { return pick(j.reachableIDs(), nil, n) }
+
+// SendAsync implements queue.AsyncPlanner: the REPLJOB without GOTJOB of
+// each job to the nodes of its list but this one, one message per node
+// for all the call's jobs it gets.
+func (j *Jobs) SendAsync(jobs []queue.Replication) {
+	self := j.self()
+	nodes := make([][]string, len(jobs))
+	for i, r := range jobs {
+		list := make([]string, 0, len(r.Job.Nodes))
+		list = append(list, self)
+		for _, n := range r.Job.Nodes {
+			if n != self {
+				list = append(list, n)
+			}
+		}
+		nodes[i] = list
+	}
+	j.sendRepl(jobs, nil, nodes, true)
 }
