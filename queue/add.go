@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sync"
@@ -91,6 +92,24 @@ func (b *Broker) addCalls(calls []*addCall) {
 			}
 		}
 	}
+	// An ASYNC job's nodes, chosen now if the cluster can (AsyncPlanner):
+	// asyncNodes[call][i] is the other nodes of request i's.
+	var asyncNodes [][][]string
+	if planner, ok := b.cluster.(AsyncPlanner); ok {
+		for ci, c := range calls {
+			for i, r := range c.reqs {
+				if repl := cmp.Or(r.Replicate, min(3, known)); r.Async && repl > 1 && repl-1 <= reachable {
+					if asyncNodes == nil {
+						asyncNodes = make([][][]string, len(calls))
+					}
+					if asyncNodes[ci] == nil {
+						asyncNodes[ci] = make([][]string, len(c.reqs))
+					}
+					asyncNodes[ci][i] = planner.AsyncNodes(repl - 1)
+				}
+			}
+		}
+	}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -103,7 +122,7 @@ func (b *Broker) addCalls(calls []*addCall) {
 		return
 	}
 	added := map[string]int64{} // per queue, for MAXLEN within the batch
-	for _, c := range calls {
+	for ci, c := range calls {
 		for i, r := range c.reqs {
 			if r.Replicate == 0 {
 				r.Replicate = min(3, known)
@@ -120,7 +139,11 @@ func (b *Broker) addCalls(calls []*addCall) {
 				c.out[i].Err = ErrMaxLen
 				continue
 			}
-			j := b.newJob(r, now)
+			var nodes []string
+			if asyncNodes != nil && asyncNodes[ci] != nil && len(asyncNodes[ci][i]) > 0 {
+				nodes = append(slices.Clip(b.selfNodes), asyncNodes[ci][i]...)
+			}
+			j := b.newJob(r, now, nodes)
 			if err := batch.AddNew(j, r.Body, r.TTL); err != nil {
 				c.out[i].Err = err
 				continue
@@ -153,7 +176,9 @@ func (b *Broker) addCalls(calls []*addCall) {
 			}
 			req := r.call.reqs[r.i]
 			item := replItem{call: r.call, i: r.i, Replication: Replication{Job: j, Body: req.Body}}
-			if !req.Async {
+			if req.Async && j.State != storage.StateWaitRepl {
+				round.planned = append(round.planned, item)
+			} else if !req.Async {
 				item.Deadline = j.Etime
 				if req.Timeout > 0 {
 					item.Deadline = min(item.Deadline, now+req.Timeout)
@@ -183,6 +208,9 @@ type replRound struct {
 	pending storage.Pending
 	sync    []replItem // wait-repl: replicated, then queued (or deleted)
 	async   []replItem // wait-repl: copies sent, not waited for, then queued
+	// planned: ASYNC jobs stored with the nodes AsyncPlanner chose,
+	// queued already: their copies are sent, and that is all.
+	planned []replItem
 }
 
 // replItem is one job of a replRound and the request it answers.
@@ -202,6 +230,19 @@ type replItem struct {
 // It writes the results of the round's requests (each call's own slots,
 // read by its AddJobs after once.Do returns).
 func (b *Broker) replicateRound(r *replRound) {
+	if len(r.planned) > 0 {
+		// Sent while this node's write may still be on its way to the
+		// AOF: nothing here waits for the copies, and the ADDJOBs are
+		// answered once that write is durable (AddJobs).
+		jobs := make([]Replication, len(r.planned))
+		for k, it := range r.planned {
+			jobs[k] = it.Replication
+		}
+		b.cluster.(AsyncPlanner).SendAsync(jobs)
+	}
+	if len(r.sync)+len(r.async) == 0 {
+		return
+	}
 	if err := r.pending.Wait(); err != nil {
 		for _, it := range append(r.sync, r.async...) {
 			it.call.out[it.i] = AddResult{Err: wrapStore(err)}
@@ -422,8 +463,9 @@ func (b *Broker) validateAdd(r AddRequest, reachable int) error {
 }
 
 // newJob builds the store's record of a new job created at now; the store
-// gives it its id (Batch.AddNew).
-func (b *Broker) newJob(r AddRequest, now int64) *storage.Job {
+// gives it its id (Batch.AddNew). nodes, if not nil, is an ASYNC job's
+// node list, chosen already (AsyncPlanner): the job needs no wait-repl.
+func (b *Broker) newJob(r AddRequest, now int64, nodes []string) *storage.Job {
 	j := &storage.Job{
 		Queue: r.Queue,
 		Ctime: b.ctime.Next(now),
@@ -433,8 +475,11 @@ func (b *Broker) newJob(r AddRequest, now int64) *storage.Job {
 		Repl:  uint16(max(r.Replicate, 1)),
 		Nodes: b.selfNodes,
 	}
+	if nodes != nil {
+		j.Nodes = nodes
+	}
 	switch {
-	case r.Replicate > 1:
+	case r.Replicate > 1 && nodes == nil:
 		// Two-phase: stored, then replicated, then queued (or left for its
 		// DELAY, whose event fires once it is active). ASYNC too: it is
 		// queued once the nodes its copies went to are recorded, so an

@@ -61,6 +61,22 @@ type Cluster interface {
 	Paused(queue string, p storage.PauseState)
 }
 
+// AsyncPlanner is optional for a Cluster (package replication's has it):
+// an ADDJOB ASYNC's nodes are then chosen before the job is stored, so it
+// is stored queued (or delayed) with its node list in one commit and its
+// copies are sent after (SendAsync), instead of stored in wait-repl,
+// replicated (ReplicateAsync) and stored again with its nodes. Its node
+// list is known before a consumer can see it, as ACKJOB needs.
+type AsyncPlanner interface {
+	// AsyncNodes returns up to n other nodes a copy can be sent to now,
+	// chosen at random. It must not block (the broker asks it while it
+	// plans an add).
+	AsyncNodes(n int) []string
+	// SendAsync sends each job to the nodes of its Job.Nodes other than
+	// this one (REPLJOB without GOTJOB), not waiting for them.
+	SendAsync(jobs []Replication)
+}
+
 // Bump is the counter a QUEUED message asks its receivers to bump, as the
 // sender did on its own copy.
 type Bump uint8

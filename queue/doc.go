@@ -98,12 +98,16 @@
 // its DELAY; one not confirmed by min(ms-timeout, TTL) is deleted here
 // (the cluster deleted the copies it sent) and its ADDJOB fails with
 // ErrReplTimeout. Fewer than n−1 reachable peers at the start is ErrNoRepl,
-// and nothing is stored. ASYNC jobs are applied in wait-repl too; their
-// copies are sent after the batch is durable (ReplicateAsync), not waited
-// for, and each job is queued with the nodes they went to (NODES) and then
-// answered: queued any earlier, a consumer could take and ack it while
-// its node list said no other node held it, and its copies would never
-// be collected.
+// and nothing is stored. An ASYNC job's node list must be stored before a
+// consumer can see it: queued while its list said no other node held it,
+// it could be taken and acked and its copies never collected. With a
+// cluster that is an AsyncPlanner (replication's), its nodes are chosen
+// before the round takes Broker.mu, the job is stored queued (or delayed)
+// with them in the round's one commit, and its copies are sent (SendAsync)
+// once the round is applied, not waited for. Otherwise it is applied in
+// wait-repl, its copies are sent after the batch is durable
+// (ReplicateAsync), and it is queued with the nodes they went to (NODES),
+// then answered.
 //
 // External replication (external.go): a request with AddRequest.External
 // (the server sets it when the node is leaving or short of memory or disk)
@@ -129,7 +133,8 @@
 // deletes it here; an unknown at-least-once id leaves a dummy ack.
 // FASTACK deletes and hands the job to Cluster.FastAcked. The messages of
 // other nodes arrive through ReplicaAdd (REPLJOB: an idempotent, durable
-// copy, active and not queued), RemoteSetAck (SETACK) and RemoteDelJob
+// copy, active and not queued; ReplicaApply is the same with the wait for
+// durability left to the caller), RemoteSetAck (SETACK) and RemoteDelJob
 // (DELJOB) (remote.go).
 //
 // About one queued copy (remote_queueing.go). Every holder of a job runs

@@ -187,7 +187,7 @@ func (b *Broker) addExternal(reqs []AddRequest) []AddResult {
 			continue
 		}
 		added[r.Queue]++
-		j := b.newJob(r, now)
+		j := b.newJob(r, now, nil)
 		j.ID = storage.NewJobID(node, r.TTL, r.Retry)
 		j.State, j.QueueTime, j.Nodes = storage.StateActive, 0, nil
 		rep := Replication{Job: j, Body: r.Body}

@@ -36,14 +36,33 @@ type Replica struct {
 // this node's fsync policy (answer GOTJOB), or why it was refused: a queue
 // paused for input (ErrPaused), a malformed job, a failed store.
 func (b *Broker) ReplicaAdd(reps []Replica) []error {
-	out := make([]error, len(reps))
+	out, durable := b.ReplicaApply(reps)
+	if err := durable(); err != nil {
+		for i := range out {
+			if out[i] == nil {
+				out[i] = err
+			}
+		}
+	}
+	return out
+}
+
+// ReplicaApply is ReplicaAdd without the wait for durability: the copies
+// are applied (visible here, in log order) when it returns, with nil or
+// why each was refused, and durable waits until they are durable per the
+// fsync policy (its error fails every copy applied). A link that applies
+// its REPLJOBs in order and waits for them elsewhere lets the next
+// REPLJOBs share one AOF write: no GOTJOB before durable returned nil.
+func (b *Broker) ReplicaApply(reps []Replica) (out []error, durable func() error) {
+	out = make([]error, len(reps))
+	durable = func() error { return nil }
 	b.mu.Lock()
 	if err := b.checkOpenLocked(); err != nil {
 		b.mu.Unlock()
 		for i := range out {
 			out[i] = err
 		}
-		return out
+		return out, durable
 	}
 	now := b.nowMillis()
 	batch := b.st.NewBatch()
@@ -66,13 +85,9 @@ func (b *Broker) ReplicaAdd(reps []Replica) []error {
 		}
 		// A copy is queued only by its requeue: the origin runs the DELAY.
 		j.AwakeTime = 0
-		if cur, err := b.st.Job(j.ID); err == nil && (cur.State == storage.StateActive || cur.State == storage.StateQueued) {
-			if merged, grew := mergeNodes(cur.Nodes, j.Nodes); grew {
-				batch.SetNodes(j.ID, merged)
-				refs = append(refs, i)
-				continue
-			}
-		}
+		// A copy of a known id is a no-op of AddReplica (its result's Old
+		// is the job here): its nodes are merged below. Not looked up
+		// first: a new copy's miss in the index cost as much as its add.
 		if err := batch.AddReplica(&j, r.Body); err != nil {
 			out[i] = wrapStore(err)
 			continue
@@ -81,9 +96,11 @@ func (b *Broker) ReplicaAdd(reps []Replica) []error {
 	}
 	if len(refs) == 0 {
 		b.mu.Unlock()
-		return out
+		return out, durable
 	}
 	res, pending := b.st.Apply(batch)
+	var merge *storage.Batch
+	var mergeRefs []int
 	for k, i := range refs {
 		r := res[k]
 		if r.Err != nil {
@@ -92,17 +109,34 @@ func (b *Broker) ReplicaAdd(reps []Replica) []error {
 		}
 		if r.Old == nil { // new here (Old set: it was known already)
 			b.syncTimersLocked(r.Job.ID, r.Job)
+			continue
 		}
-	}
-	b.mu.Unlock()
-	if err := pending.Wait(); err != nil {
-		for _, i := range refs {
-			if out[i] == nil {
-				out[i] = wrapStore(err)
+		if cur := r.Old; cur.State == storage.StateActive || cur.State == storage.StateQueued {
+			if merged, grew := mergeNodes(cur.Nodes, reps[i].Job.Nodes); grew {
+				if merge == nil {
+					merge = b.st.NewBatch()
+				}
+				merge.SetNodes(cur.ID, merged)
+				mergeRefs = append(mergeRefs, i)
 			}
 		}
 	}
-	return out
+	if merge != nil {
+		mres, mpending := b.st.Apply(merge)
+		for k, i := range mergeRefs {
+			if err := mres[k].Err; err != nil {
+				out[i] = wrapStore(err)
+			}
+		}
+		pending = pending.Join(mpending)
+	}
+	b.mu.Unlock()
+	return out, func() error {
+		if err := pending.Wait(); err != nil {
+			return wrapStore(err)
+		}
+		return nil
+	}
 }
 
 // maxReplicaNodes bounds the node list a copy learns from REPLJOBs (a

@@ -166,12 +166,18 @@
 //     the nodes it was sent to. Every 50 ms while a job is short, one more
 //     node, and the REPLJOB again to the nodes that did not answer (so a
 //     node whose link came back gets it). A receiver stores the copy
-//     (queue.Broker.ReplicaAdd: idempotent, active, not queued, durable
-//     per its fsync policy; a copy it has learns the nodes of a longer
-//     list) and answers GOTJOB. At the job's deadline, DELJOB to every
-//     node it was sent to.
+//     (queue.Broker.ReplicaApply: idempotent, active, not queued; a copy
+//     it has learns the nodes of a longer list) on the link, in order, and
+//     a per-sender confirmer waits for their durability per its fsync
+//     policy and answers GOTJOB for every REPLJOB applied meanwhile in one
+//     message (the link goes on applying: the REPLJOBs share the AOF
+//     write; Close waits for the confirmers). At the job's deadline,
+//     DELJOB to every node it was sent to.
 //   - ReplicateAsync: the same REPLJOB flagged no-reply, not waited for;
 //     the origin queues the job once it has recorded where they went.
+//     Jobs is also a queue.AsyncPlanner: AsyncNodes chooses an ASYNC job's
+//     nodes before the origin stores it, queued with them in one commit,
+//     and SendAsync sends the no-reply REPLJOBs after.
 //   - Acked: SETACK to every holder not yet confirmed (a dummy ack: to
 //     every known node), again after 1 s doubling to 180 s (± 500 ms)
 //     until all answered GOTACK; then DELJOB to all and the job is deleted

@@ -77,9 +77,14 @@ type Jobs struct {
 	// repl: the synchronous replications waiting for GOTJOB, by job id.
 	repl map[string]*pendingRepl
 	// acks: the acked jobs whose copies are being collected, by job id.
-	acks   map[string]*ackGC
-	closed bool
-	stats  JobsStats
+	acks map[string]*ackGC
+	// confirm: per sender, the REPLJOB copies waiting for durability
+	// before their GOTJOB (jobs_handle.go); confirmers counts the
+	// goroutines running them, which Close waits for.
+	confirm    map[string]*gotJobConfirmer
+	confirmers sync.WaitGroup
+	closed     bool
+	stats      JobsStats
 
 	stop chan struct{}
 	done chan struct{}
@@ -122,7 +127,10 @@ type ackGC struct {
 	next      time.Time       // when the next round is due
 }
 
-var _ queue.Cluster = (*Jobs)(nil)
+var (
+	_ queue.Cluster      = (*Jobs)(nil)
+	_ queue.AsyncPlanner = (*Jobs)(nil)
+)
 
 // self is this node's id: the broker's once Start bound it (CLUSTER RESET
 // HARD changes it there, Broker.SetNodeID), cfg.ID before.
@@ -155,7 +163,8 @@ func NewJobs(cfg JobsConfig) (*Jobs, error) {
 		cfg.AckRetryTick = 100 * time.Millisecond
 	}
 	return &Jobs{cfg: cfg, log: cfg.Logger, repl: map[string]*pendingRepl{}, acks: map[string]*ackGC{},
-		stop: make(chan struct{}), done: make(chan struct{})}, nil
+		confirm: map[string]*gotJobConfirmer{},
+		stop:    make(chan struct{}), done: make(chan struct{})}, nil
 }
 
 // Start binds the broker and the transport (whose handler is j.Handle),
@@ -199,6 +208,7 @@ func (j *Jobs) Close() error {
 	if j.broker != nil {
 		<-j.done
 	}
+	j.confirmers.Wait()
 	return nil
 }
 
@@ -470,4 +480,27 @@ func (j *Jobs) ReplicateAsync(jobs []queue.Replication) [][]string {
 	}
 	j.sendRepl(jobs, nil, nodes, true)
 	return nodes
+}
+
+// AsyncNodes implements queue.AsyncPlanner: up to n reachable nodes,
+// chosen at random, as ReplicateAsync chooses them.
+func (j *Jobs) AsyncNodes(n int) []string { return pick(j.reachableIDs(), nil, n) }
+
+// SendAsync implements queue.AsyncPlanner: the REPLJOB without GOTJOB of
+// each job to the nodes of its list but this one, one message per node
+// for all the call's jobs it gets.
+func (j *Jobs) SendAsync(jobs []queue.Replication) {
+	self := j.self()
+	nodes := make([][]string, len(jobs))
+	for i, r := range jobs {
+		list := make([]string, 0, len(r.Job.Nodes))
+		list = append(list, self)
+		for _, n := range r.Job.Nodes {
+			if n != self {
+				list = append(list, n)
+			}
+		}
+		nodes[i] = list
+	}
+	j.sendRepl(jobs, nil, nodes, true)
 }

@@ -72,7 +72,10 @@ func (j *Jobs) Handle(from string, m Message) {
 // handleReplJob stores the copies and answers GOTJOB for those durable
 // here (unless the sender asked for no reply). A copy refused (a queue
 // paused for input, a failed store) gets no GOTJOB: the sender tries
-// another node.
+// another node. The copies are applied here, on the sender's link, in
+// order; their durability is waited for by the sender's confirmer
+// (confirmGotJobs), so the link goes on to the next REPLJOBs meanwhile
+// and they share the AOF write, and one GOTJOB answers them all.
 func (j *Jobs) handleReplJob(from string, p []byte) error {
 	noReply, jobs, err := decodeReplJobs(p)
 	if err != nil {
@@ -82,7 +85,7 @@ func (j *Jobs) handleReplJob(from string, p []byte) error {
 	for i, r := range jobs {
 		reps[i] = queue.Replica{Job: r.Job, Body: r.Body}
 	}
-	errs := j.broker.ReplicaAdd(reps)
+	errs, durable := j.broker.ReplicaApply(reps)
 	if noReply {
 		return nil
 	}
@@ -94,10 +97,77 @@ func (j *Jobs) handleReplJob(from string, p []byte) error {
 			j.log.Debug("replication: copy refused", "job", jobs[i].Job.ID, "from", from, "err", e)
 		}
 	}
-	if len(ok) > 0 {
-		j.send(from, MsgGotJob, encodeIDs(ok))
+	if len(ok) == 0 {
+		return nil
+	}
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return nil // no GOTJOB: the sender tries again or gives up
+	}
+	c := j.confirm[from]
+	if c == nil {
+		c = &gotJobConfirmer{}
+		j.confirm[from] = c
+	}
+	c.waiting = append(c.waiting, pendingGotJob{ids: ok, durable: durable})
+	start := !c.running
+	c.running = true
+	if start {
+		j.confirmers.Add(1)
+	}
+	j.mu.Unlock()
+	if start {
+		go j.confirmGotJobs(from, c)
 	}
 	return nil
+}
+
+// gotJobConfirmer is the GOTJOBs owed to one sender: the copies its
+// REPLJOBs applied, waiting for their durability. One goroutine runs it
+// while any are waiting.
+type gotJobConfirmer struct {
+	waiting []pendingGotJob // under Jobs.mu
+	running bool            // under Jobs.mu: confirmGotJobs is running
+}
+
+// pendingGotJob is the applied copies of one REPLJOB.
+type pendingGotJob struct {
+	ids     []string
+	durable func() error
+}
+
+// confirmGotJobs takes every REPLJOB of c waiting, waits for their
+// durability (in log order: the first wait is the long one, the others
+// were written with it) and answers them in one GOTJOB, until none is
+// left. A copy whose durability failed gets no GOTJOB.
+func (j *Jobs) confirmGotJobs(from string, c *gotJobConfirmer) {
+	defer j.confirmers.Done()
+	for {
+		j.mu.Lock()
+		batch := c.waiting
+		c.waiting = nil
+		if len(batch) == 0 {
+			c.running = false
+			if j.confirm[from] == c {
+				delete(j.confirm, from)
+			}
+			j.mu.Unlock()
+			return
+		}
+		j.mu.Unlock()
+		var ok []string
+		for _, pg := range batch {
+			if err := pg.durable(); err != nil {
+				j.log.Debug("replication: copies not durable", "from", from, "jobs", len(pg.ids), "err", err)
+				continue
+			}
+			ok = append(ok, pg.ids...)
+		}
+		if len(ok) > 0 {
+			j.send(from, MsgGotJob, encodeIDs(ok))
+		}
+	}
 }
 
 // gotJobs records GOTJOB answers and wakes the Replicate calls that have

@@ -24,13 +24,27 @@ type gatedCluster struct {
 	*Jobs
 	sent chan struct{}
 	gate chan struct{}
+	// onReplicateAsync, if set, is called by ReplicateAsync.
+	onReplicateAsync func()
 }
 
 func (g *gatedCluster) ReplicateAsync(jobs []queue.Replication) [][]string {
+	if g.onReplicateAsync != nil {
+		g.onReplicateAsync()
+	}
 	nodes := g.Jobs.ReplicateAsync(jobs)
 	close(g.sent)
 	<-g.gate
 	return nodes
+}
+
+// SendAsync is the same window where the nodes are chosen before the job
+// is stored (queue.AsyncPlanner): the job, queued already, is deliverable
+// in it, and must carry its nodes.
+func (g *gatedCluster) SendAsync(jobs []queue.Replication) {
+	g.Jobs.SendAsync(jobs)
+	close(g.sent)
+	<-g.gate
 }
 
 // reopenGated reopens nd with its broker's cluster held by a gatedCluster.

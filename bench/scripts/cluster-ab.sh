@@ -1,0 +1,57 @@
+#!/bin/bash
+# Replicated ADDJOB on 3 local diskque nodes (AOF on), for profiling and for old/new comparisons in one session.
+#   cluster-ab.sh run BIN MODE PIPELINE REPLICATE [PROFILE_SECONDS]
+#       start 3 nodes of BIN (appendfsync MODE, pprof on), MEET them, run redis-benchmark (50 clients, 100 B bodies,
+#       N ADDJOBs, default 100000) against node 0 and print its ops/s. With PROFILE_SECONDS, 2 s into the run it
+#       saves a CPU profile (PROF=trace: an execution trace) of node 0 (origin.prof) and node 1 (replica.prof) in
+#       OUT (default .). EXTRA=ASYNC adds ASYNC to every ADDJOB.
+#   cluster-ab.sh ab OLD NEW MODE PIPELINE REPLICATE REPS [N]
+#       REPS runs of each build, alternating, and the medians' ratio (new/old).
+set -u
+cmd=$1; shift
+run() {
+  local bin=$1 mode=$2 pipe=$3 repl=$4 secs=${5:-0} out=${OUT:-.}
+  local work; work=$(mktemp -d); local pids=() c1= c2=
+  trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"' RETURN
+  local b; b=$(python3 -c '
+import socket,random
+while True:
+    p=random.randint(21000,29000)
+    try:
+        for q in (p,p+1,p+2,p+10000,p+10001,p+10002,p+100,p+101,p+102):
+            s=socket.socket(); s.bind(("127.0.0.1",q)); s.close()
+        print(p); break
+    except OSError: pass')
+  local P=($b $((b+1)) $((b+2)))
+  for i in 0 1 2; do mkdir -p "$work/n$i"
+    "$bin" --port ${P[$i]} --dir "$work/n$i" --bind 127.0.0.1 --appendonly yes --appendfsync $mode \
+      --pprof yes --metrics-addr 127.0.0.1:$((b+100+i)) >"$work/n$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${P[@]}"; do for k in $(seq 200); do redis-cli -p $p info persistence 2>/dev/null | grep -q '^loading:0' && break; sleep 0.05; done; done
+  redis-cli -p ${P[0]} cluster meet 127.0.0.1 ${P[1]} >/dev/null
+  redis-cli -p ${P[1]} cluster meet 127.0.0.1 ${P[2]} >/dev/null
+  for k in $(seq 300); do local n=0
+    for p in "${P[@]}"; do redis-cli -p $p cluster info 2>/dev/null | grep -q 'cluster_reachable_nodes:2' && n=$((n+1)); done
+    [ $n = 3 ] && break; sleep 0.1
+  done
+  local body; body=$(head -c 100 /dev/zero | tr '\0' x)
+  if [ "$secs" != 0 ]; then
+    (sleep 2; curl -s -o "$out/origin.prof" "http://127.0.0.1:$((b+100))/debug/pprof/${PROF:-profile}?seconds=$secs") & c1=$!
+    (sleep 2; curl -s -o "$out/replica.prof" "http://127.0.0.1:$((b+101))/debug/pprof/${PROF:-profile}?seconds=$secs") & c2=$!
+  fi
+  redis-benchmark -p ${P[0]} -c 50 -n ${N:-100000} -P $pipe --csv ADDJOB q "$body" 0 REPLICATE $repl ${EXTRA:-} 2>/dev/null |
+    tail -1 | cut -d, -f2 | tr -d '"'
+  [ -n "$c1" ] && wait $c1 $c2
+  return 0
+}
+median() { sort -g | awk '{x[NR]=$1} END{print x[int((NR+1)/2)]}'; }
+case $cmd in
+run) run "$@" ;;
+ab)
+  old=$1 new=$2 mode=$3 pipe=$4 repl=$5 reps=$6; export N=${7:-${N:-60000}}; a=(); b=()
+  for r in $(seq $reps); do a+=($(run $old $mode $pipe $repl)); b+=($(run $new $mode $pipe $repl)); done
+  ma=$(printf '%s\n' "${a[@]}" | median); mb=$(printf '%s\n' "${b[@]}" | median)
+  echo "REPLICATE $repl P$pipe $mode ${EXTRA:-}: old $ma new $mb ratio $(echo $ma $mb | awk '{printf "%.2f", $2/$1}')  [old: ${a[*]} | new: ${b[*]}]" ;;
+*) echo "usage: cluster-ab.sh run|ab ..."; exit 2 ;;
+esac
