@@ -141,8 +141,17 @@ func TestOneCopyQueuedAfterRetry(t *testing.T) {
 			t.Fatalf("job %s queued on nodes %v after the settle, want exactly one", id, on)
 		}
 	}
-	if s := c.nodes[1].jobs.Stats(); s.QueuedSent == 0 {
-		t.Fatalf("node 1 sent no QUEUED: %+v", s)
+	// The requeues were announced to the other holders (QUEUED), by
+	// whichever nodes queued them: which one wins depends on the
+	// tie-break and on the goroutines' order, so asking it of one given
+	// node failed 2 runs in 10 under -race. (One message carries every job
+	// a node queued in a tick.)
+	var sent int64
+	for _, nd := range c.nodes {
+		sent += nd.jobs.Stats().QueuedSent
+	}
+	if sent == 0 {
+		t.Fatal("no node announced its requeues with QUEUED")
 	}
 }
 
