@@ -117,24 +117,8 @@ func onlyNode(nodes []string, self string) bool {
 	return true
 }
 
-// idTTLMillis is the TTL a job id carries (its last 4 hex digits, in
-// minutes): a dummy ack lives that long.
-func idTTLMillis(id string) int64 {
-	var mins int64
-	for _, c := range []byte(id[36:40]) {
-		var v byte
-		switch {
-		case c >= '0' && c <= '9':
-			v = c - '0'
-		case c >= 'a' && c <= 'f':
-			v = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			v = c - 'A' + 10
-		}
-		mins = mins<<4 | int64(v)
-	}
-	return max(mins, 1) * 60_000
-}
+// idTTLMillis is the TTL a job id carries: a dummy ack lives that long.
+func idTTLMillis(id string) int64 { return max(storage.IDTTLMinutes(id), 1) * 60_000 }
 
 // DelJob deletes jobs locally (DELJOB) and returns how many were deleted.
 func (b *Broker) DelJob(ids []string) (int, error) {

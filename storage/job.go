@@ -160,18 +160,30 @@ func IDNodePrefix(id string) string { return id[2:10] }
 // IDAtMostOnce reports whether the id's TTL digits mark an at-most-once job
 // (RETRY 0), for a node that sees the id without the job: a cluster's
 // dummy ack of a job it never held takes what it knows from the id.
-func IDAtMostOnce(id string) bool {
-	last := id[39]
-	var v byte
-	switch {
-	case last >= '0' && last <= '9':
-		v = last - '0'
-	case last >= 'a' && last <= 'f':
-		v = last - 'a' + 10
-	case last >= 'A' && last <= 'F':
-		v = last - 'A' + 10
+func IDAtMostOnce(id string) bool { return hexDigit(id[39])&1 == 0 }
+
+// IDTTLMinutes is the TTL a job id carries, in minutes (its last 4 hex
+// digits, the lowest bit aside): a dummy ack of an id lives that long.
+func IDTTLMinutes(id string) int64 {
+	var mins int64
+	for _, c := range []byte(id[36:40]) {
+		mins = mins<<4 | int64(hexDigit(c))
 	}
-	return v&1 == 0
+	return mins
+}
+
+// hexDigit is the value of one hex digit of an id (0 for anything else:
+// the caller checked the id's shape, ValidJobID).
+func hexDigit(c byte) byte {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0'
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10
+	}
+	return 0
 }
 
 // NewNodeID returns a random 40-hex-digit node id.

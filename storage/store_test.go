@@ -305,3 +305,17 @@ func TestOpsAfterAFlushAllInTheSameBatch(t *testing.T) {
 	defer s.Close()
 	check("after a restart")
 }
+
+// TestIDTTLMinutes: the TTL a job id carries is what NewJobID wrote, its
+// lowest bit saying at-least-once (1) or at-most-once (0).
+func TestIDTTLMinutes(t *testing.T) {
+	node := NewNodeID()
+	for _, c := range []struct {
+		ttl, retry, want int64
+	}{{3600, 30, 61}, {3600, 0, 60}, {59, 0, 0}, {59, 5, 1}, {1 << 30, 1, 65535}} {
+		id := NewJobID(node, c.ttl, c.retry)
+		if got := IDTTLMinutes(id); got != c.want || IDAtMostOnce(id) != (c.retry == 0) {
+			t.Errorf("ttl %d retry %d: IDTTLMinutes %d (want %d), IDAtMostOnce %v", c.ttl, c.retry, got, c.want, IDAtMostOnce(id))
+		}
+	}
+}
