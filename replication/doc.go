@@ -161,11 +161,15 @@
 // dropped, logged and counted, never a panic).
 //
 //   - Replicate: REPLJOB to Repl−1 reachable nodes (Peers, membership)
-//     chosen at random, one message per node carrying every job of the
-//     broker's add batch it gets; each job's node list is the origin and
-//     the nodes it was sent to. Every 50 ms while a job is short, one more
-//     node, and the REPLJOB again to the nodes that did not answer (so a
-//     node whose link came back gets it). A receiver stores the copy
+//     whose bus link is up (Transport.Connected: Disque's "no link, no
+//     party"), chosen at random, one message per node carrying every job
+//     of the broker's add batch it gets; each job's node list is the
+//     origin and the nodes it was sent to. Every 50 ms while a job is
+//     short, the REPLJOB again to the nodes that did not answer (so a node
+//     whose link came back gets it), and one more node once the answers
+//     are late: after max(50 ms, twice the average REPLJOB round trip),
+//     at most 1 s. The start's NOREPL check counts reachable nodes, linked
+//     or not. A receiver stores the copy
 //     (queue.Broker.ReplicaApply: idempotent, active, not queued; a copy
 //     it has learns the nodes of a longer list) on the link, in order, and
 //     a per-sender confirmer waits for their durability per its fsync
