@@ -212,6 +212,10 @@ func (j *Jobs) Close() error {
 	return nil
 }
 
+// RoundTripMillis is the moving average of the REPLJOB→GOTJOB round trip
+// (ms; 0 before the first answer).
+func (j *Jobs) RoundTripMillis() int64 { return j.replRTT.Load() }
+
 // Stats returns the protocol's counters.
 func (j *Jobs) Stats() JobsStats {
 	j.mu.Lock()

@@ -144,6 +144,34 @@ type clusterControl struct {
 	node *node
 }
 
+// InfoLines implements server.ClusterInfoSource: the job protocol's
+// counters of the current broker, in INFO's Cluster section.
+func (c clusterControl) InfoLines() []string {
+	j := c.bus.jobs.Load()
+	if j == nil {
+		return nil
+	}
+	s := j.Stats()
+	kv := func(name string, v int64) string { return name + ":" + strconv.FormatInt(v, 10) }
+	return []string{
+		kv("cluster_pending_replications", int64(s.PendingRepl)),
+		kv("cluster_pending_ack_collections", int64(s.PendingAcks)),
+		kv("cluster_repljob_rtt_avg_ms", j.RoundTripMillis()),
+		kv("cluster_repljobs_sent", s.ReplJobsSent),
+		kv("cluster_gotjobs_received", s.GotJobsReceived),
+		kv("cluster_setacks_sent", s.SetAcksSent),
+		kv("cluster_gotacks_received", s.GotAcksReceived),
+		kv("cluster_deljobs_sent", s.DelJobsSent),
+		kv("cluster_willqueues_sent", s.WillQueuesSent),
+		kv("cluster_queued_sent", s.QueuedSent),
+		kv("cluster_workings_sent", s.WorkingsSent),
+		kv("cluster_pauses_sent", s.PausesSent),
+		kv("cluster_enqueues_sent", s.EnqueuesSent),
+		kv("cluster_enqueues_received", s.EnqueuesReceived),
+		kv("cluster_bad_payloads", s.BadPayloads),
+	}
+}
+
 // ResetNodeID implements server.NodeIDResetter: after the flush, the store
 // (through the broker: job ids carry the id) and the bus's handshakes take
 // the new id.

@@ -245,6 +245,17 @@ func TestClusterProcessesAckGC(t *testing.T) {
 		t.Errorf("ACKJOB = %d, want 1", n)
 	}
 	pc.waitGone(id, all(3))
+	// INFO cluster counts the job protocol's work.
+	in := info(t, a, "cluster")
+	for _, f := range []string{"cluster_repljobs_sent", "cluster_gotjobs_received", "cluster_setacks_sent", "cluster_deljobs_sent"} {
+		if n, err := strconv.Atoi(in[f]); err != nil || n < 1 {
+			t.Errorf("INFO cluster %s = %q after a replicated, acked and collected job", f, in[f])
+		}
+	}
+	if in["cluster_pending_ack_collections"] != "0" || in["cluster_pending_replications"] != "0" {
+		t.Errorf("INFO cluster pending: collections %q, replications %q, want 0 and 0",
+			in["cluster_pending_ack_collections"], in["cluster_pending_replications"])
+	}
 
 	// A holder down during the ACKJOB: the others keep the job acked
 	// (ack GC cannot finish), and once it is back every copy goes.
