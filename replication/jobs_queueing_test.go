@@ -355,39 +355,3 @@ func TestTieBreak(t *testing.T) {
 		t.Fatalf("TieBreak(%s, %s) = %d, want 1", x[:1], y[:1], queue.TieBreak(x, y, fake))
 	}
 }
-
-// TestJobsCloseAfterAFailedResume: a Start whose resume fails (here: the
-// store is closed; in the daemon, a damaged index) leaves a Jobs that
-// Close still stops, instead of waiting for a loop that never started.
-func TestJobsCloseAfterAFailedResume(t *testing.T) {
-	opts := storage.TestingOptions()
-	opts.Logger = quietLog()
-	st, err := storage.Open(t.TempDir(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, err := NewJobs(JobsConfig{ID: st.NodeID(), Peers: staticPeers{&testCluster{down: map[string]bool{}}, st.NodeID()}, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := queue.New(queue.Options{Store: st, Cluster: jobs, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-	tr := NewMemNetwork().Join(st.NodeID(), jobs.Handle)
-	defer tr.Close()
-	if err := jobs.Start(b, tr); err == nil {
-		t.Fatal("Start resumed over a closed store")
-	}
-	closed := make(chan struct{})
-	go func() { jobs.Close(); close(closed) }()
-	select {
-	case <-closed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close after a failed resume did not return")
-	}
-}
