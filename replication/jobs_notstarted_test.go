@@ -51,3 +51,40 @@ func TestAddBeforeStart(t *testing.T) {
 		t.Fatalf("ASYNC REPLICATE 2 before Start: %v", res[1].Err)
 	}
 }
+
+// TestLoneNodeSkipsTheResume: a node that knows no other node has nothing
+// to resume (on a lone node ACKJOB deletes at once and no job waits for
+// copies), and must not read every job before it serves: its Start does
+// not touch the store. Here the store is closed, so a resume would fail.
+func TestLoneNodeSkipsTheResume(t *testing.T) {
+	opts := storage.TestingOptions()
+	opts.FS, opts.Logger = vfs.NewMem(), quietLog()
+	st, err := storage.Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := NewJobs(JobsConfig{ID: st.NodeID(), Peers: noPeers{}, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := queue.New(queue.Options{Store: st, Cluster: j, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tr := NewMemNetwork().Join(st.NodeID(), j.Handle)
+	defer tr.Close()
+	if err := j.Start(b, tr); err != nil {
+		t.Fatalf("a lone node's Start read the store: %v", err)
+	}
+	j.Close()
+}
+
+// noPeers is a node alone.
+type noPeers struct{}
+
+func (noPeers) Nodes() []NodeInfo     { return nil }
+func (noPeers) Reachable() []NodeInfo { return nil }

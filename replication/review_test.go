@@ -233,7 +233,9 @@ func TestCloseAfterAFailedResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := NewJobs(JobsConfig{ID: st.NodeID(), Peers: staticPeers{&testCluster{}, st.NodeID()}, Logger: quietLog()})
+	// One other node known: a lone node has nothing to resume and skips it.
+	peers := staticPeers{&testCluster{ids: []string{st.NodeID(), storage.NewNodeID()}}, st.NodeID()}
+	j, err := NewJobs(JobsConfig{ID: st.NodeID(), Peers: peers, Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
