@@ -9,6 +9,37 @@ import (
 	"github.com/diskque/diskque/storage"
 )
 
+// jobsOverMemStore opens a store in memory and a broker over it whose
+// cluster is a Jobs (not started) seeing peers(the store's node id).
+func jobsOverMemStore(t *testing.T, peers func(self string) Peers) (*storage.Store, *Jobs, *queue.Broker) {
+	t.Helper()
+	opts := storage.TestingOptions()
+	opts.FS, opts.Logger = vfs.NewMem(), quietLog()
+	st, err := storage.Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := NewJobs(JobsConfig{ID: st.NodeID(), Peers: peers(st.NodeID()), Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := queue.New(queue.Options{Store: st, Cluster: j, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, j, b
+}
+
+// closeUnder closes the broker and the store under a Jobs not yet started,
+// so that any read of the store by its Start fails.
+func closeUnder(t *testing.T, st *storage.Store, b *queue.Broker) {
+	t.Helper()
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // onePeer says another node is reachable.
 type onePeer struct{ self, other string }
 
@@ -22,23 +53,10 @@ func (p onePeer) Reachable() []NodeInfo { return []NodeInfo{{ID: p.other}} }
 // -NOREPL (no link to any node yet), not a nil transport's panic, and an
 // ASYNC one must be added alone.
 func TestAddBeforeStart(t *testing.T) {
-	opts := storage.TestingOptions()
-	opts.FS, opts.Logger = vfs.NewMem(), quietLog()
-	st, err := storage.Open("db", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	other := storage.NewNodeID()
-	j, err := NewJobs(JobsConfig{ID: st.NodeID(), Peers: onePeer{st.NodeID(), other}, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, j, b := jobsOverMemStore(t, func(self string) Peers { return onePeer{self, other} })
+	defer st.Close()
 	defer j.Close()
-	b, err := queue.New(queue.Options{Store: st, Cluster: j, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer b.Close()
 	res := b.AddJobs([]queue.AddRequest{
 		{Queue: "q", Body: []byte("sync"), Replicate: 2, TTL: 60, Retry: 10, Timeout: 100},
@@ -57,24 +75,8 @@ func TestAddBeforeStart(t *testing.T) {
 // copies), and must not read every job before it serves: its Start does
 // not touch the store. Here the store is closed, so a resume would fail.
 func TestLoneNodeSkipsTheResume(t *testing.T) {
-	opts := storage.TestingOptions()
-	opts.FS, opts.Logger = vfs.NewMem(), quietLog()
-	st, err := storage.Open("db", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := NewJobs(JobsConfig{ID: st.NodeID(), Peers: noPeers{}, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := queue.New(queue.Options{Store: st, Cluster: j, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Close()
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	st, j, b := jobsOverMemStore(t, func(string) Peers { return noPeers{} })
+	closeUnder(t, st, b)
 	tr := NewMemNetwork().Join(st.NodeID(), j.Handle)
 	defer tr.Close()
 	if err := j.Start(b, tr); err != nil {

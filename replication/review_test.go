@@ -227,26 +227,9 @@ func TestAckJobOnAStrangerCollectsTheCopies(t *testing.T) {
 // reopens the node) must still let Close return: it waited for an
 // ack-retry loop that was never started, and the node's reopen hung.
 func TestCloseAfterAFailedResume(t *testing.T) {
-	opts := storage.TestingOptions()
-	opts.FS, opts.Logger = vfs.NewMem(), quietLog()
-	st, err := storage.Open("db", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// One other node known: a lone node has nothing to resume and skips it.
-	peers := staticPeers{&testCluster{ids: []string{st.NodeID(), storage.NewNodeID()}}, st.NodeID()}
-	j, err := NewJobs(JobsConfig{ID: st.NodeID(), Peers: peers, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := queue.New(queue.Options{Store: st, Cluster: j, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Close()
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	st, j, b := jobsOverMemStore(t, func(self string) Peers { return onePeer{self, storage.NewNodeID()} })
+	closeUnder(t, st, b)
 	if err := j.Start(b, NewMemNetwork().Join(st.NodeID(), j.Handle)); err == nil {
 		t.Fatal("Start over a closed store resumed nothing and said nothing")
 	}
