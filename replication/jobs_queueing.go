@@ -158,13 +158,19 @@ func (j *Jobs) setAckTo(from string, ids []string) {
 	if len(ids) == 0 || from == j.self() {
 		return
 	}
+	mayhave := make([]int, len(ids)) // 0 where no collection runs here
 	j.mu.Lock()
-	for _, id := range ids {
-		if gc := j.acks[id]; gc != nil && !gc.dummy && !slices.Contains(gc.targets, from) {
+	for i, id := range ids {
+		gc := j.acks[id]
+		if gc == nil {
+			continue
+		}
+		if !gc.dummy && !slices.Contains(gc.targets, from) {
 			gc.targets = append(gc.targets, from)
 		}
+		mayhave[i] = gc.mayhave
 	}
 	j.stats.SetAcksSent++
 	j.mu.Unlock()
-	j.send(from, MsgSetAck, encodeIDs(ids))
+	j.send(from, MsgSetAck, encodeSetAcks(ids, mayhave))
 }

@@ -355,3 +355,25 @@ func TestTieBreak(t *testing.T) {
 		t.Fatalf("TieBreak(%s, %s) = %d, want 1", x[:1], y[:1], queue.TieBreak(x, y, fake))
 	}
 }
+
+// TestSetAckToIsUnderstood: the SETACK a node answers a WILLQUEUE, QUEUED
+// or WORKING with, for a job it has acked, is a well-formed SETACK (with
+// mayhave): it was sent with an ids-only payload, which every receiver
+// dropped as malformed. With no ack-retry loop, only it can ack the copy.
+func TestSetAckToIsUnderstood(t *testing.T) {
+	c := newTestCluster(t, 2, -1)
+	res := addJob(t, c.nodes[0], queue.AddRequest{Replicate: 2, Retry: 60})
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	c.net.Cut(c.nodes[0].id, c.nodes[1].id) // the ACKJOB's own SETACK is lost
+	if _, err := c.nodes[0].broker.Ack([]string{res.ID}); err != nil {
+		t.Fatal(err)
+	}
+	c.net.Heal(c.nodes[0].id, c.nodes[1].id)
+	c.nodes[0].jobs.setAckTo(c.nodes[1].id, []string{res.ID})
+	eventually(t, "node 1's copy acked", func() bool { s := c.nodes[1].state(t, res.ID); return s == "acked" || s == "" })
+	if n := c.nodes[1].jobs.Stats().BadPayloads; n != 0 {
+		t.Fatalf("node 1 dropped %d malformed payloads", n)
+	}
+}
