@@ -84,11 +84,12 @@ func (b *Broker) addCalls(calls []*addCall) {
 	// The cluster is asked before Broker.mu is taken (it must never be
 	// called under it): how many nodes there are and can take a copy.
 	known, reachable := 1, 0
+ask:
 	for _, c := range calls {
 		for _, r := range c.reqs {
 			if r.Replicate != 1 {
 				known, reachable = max(b.cluster.KnownNodes(), 1), b.cluster.ReachablePeers()
-				break
+				break ask // once per batch, not once per call
 			}
 		}
 	}

@@ -254,7 +254,7 @@ func (j *Jobs) reachableIDs() []string {
 }
 
 // linkedIDs are the reachable nodes whose bus link is up now: the ones a
-// REPLJOB goes to (Disque's "no link, no party"). A node just restarted
+// synchronous REPLJOB goes to (Disque's "no link, no party"). A node just restarted
 // is reachable before its link is redialled; picked then, its copy would
 // wait in the link's queue while the replication, short, added node after
 // node — a REPLICATE 5 job reached all 7 nodes of Disque's suite (05). The
@@ -486,7 +486,7 @@ func (j *Jobs) count(f func(*JobsStats)) {
 // ReplicateAsync implements queue.Cluster: REPLJOB without GOTJOB to
 // Repl−1 reachable nodes chosen at random.
 func (j *Jobs) ReplicateAsync(jobs []queue.Replication) [][]string {
-	reach := j.linkedIDs()
+	reach := j.reachableIDs() // as AsyncNodes: see there
 	nodes := make([][]string, len(jobs))
 	for i, r := range jobs {
 		nodes[i] = append([]string{j.self()}, pick(reach, nil, int(r.Job.Repl)-1)...)
@@ -496,7 +496,10 @@ func (j *Jobs) ReplicateAsync(jobs []queue.Replication) [][]string {
 }
 
 // AsyncNodes implements queue.AsyncPlanner: up to n reachable nodes,
-// chosen at random, as ReplicateAsync chooses them.
+// chosen at random, as ReplicateAsync chooses them. Unlike a synchronous
+// replication's (linkedIDs) they need not have their link up now: nothing
+// waits for their answer, and a copy queued on a link being redialled
+// arrives when it is up.
 func (j *Jobs) AsyncNodes(n int) []string { return pick(j.reachableIDs(), nil, n) }
 
 // SendAsync implements queue.AsyncPlanner: the REPLJOB without GOTJOB of

@@ -28,9 +28,10 @@ func init() {
 // a pipeline usually feeds one queue, and reusing that string saves an
 // allocation per job.
 //
-// defaultReplicate is REPLICATE when the command gives none: min(3, the
-// nodes known, this one included), so 1 on a lone node (Disque).
-func parseAddJob(args [][]byte, prevQueue string, defaultReplicate int) (queue.AddRequest, string) {
+// defaultReplicate gives REPLICATE when the command gives none: min(3, the
+// nodes known, this one included), so 1 on a lone node (Disque); it is
+// asked only then.
+func parseAddJob(args [][]byte, prevQueue string, defaultReplicate func() int) (queue.AddRequest, string) {
 	r := queue.AddRequest{Queue: prevQueue, Body: args[2], TTL: 86400}
 	if string(args[1]) != prevQueue {
 		r.Queue = string(args[1])
@@ -94,7 +95,7 @@ func parseAddJob(args [][]byte, prevQueue string, defaultReplicate int) (queue.A
 	r.Retry = retry
 	r.Replicate = int(replicate)
 	if replicate == 0 {
-		r.Replicate = max(defaultReplicate, 1)
+		r.Replicate = max(defaultReplicate(), 1)
 	}
 	if r.Retry == 0 && r.Replicate > 1 {
 		return r, errRetryRepl
@@ -123,7 +124,15 @@ func cmdAddJob(s *Server, c *call) {
 	replies := make([]string, len(argsList)) // error reply per command, "" if added
 	reqs := make([]queue.AddRequest, 0, len(argsList))
 	idx := make([]int, 0, len(argsList))
-	defaultReplicate := c.broker.DefaultReplicate()
+	// Asked of the cluster once per batch, and only for an ADDJOB without
+	// REPLICATE (it reads the membership).
+	defaultRepl := 0
+	defaultReplicate := func() int {
+		if defaultRepl == 0 {
+			defaultRepl = c.broker.DefaultReplicate()
+		}
+		return defaultRepl
+	}
 	for i, args := range argsList {
 		if len(args) < 4 {
 			replies[i] = "ERR wrong number of arguments for 'addjob' command"
