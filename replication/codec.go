@@ -95,7 +95,7 @@ func decodeReplJobs(p []byte) (noReply bool, jobs []replJob, err error) {
 		}
 		for k := 0; k < nn && d.err == nil; k++ {
 			id := d.str()
-			if d.err == nil && !validNodeID(id) {
+			if d.err == nil && !storage.ValidNodeID(id) {
 				d.fail("bad node id")
 			}
 			j.Nodes = append(j.Nodes, id)

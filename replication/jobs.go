@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/diskque/diskque/queue"
+
+	"github.com/diskque/diskque/storage"
 )
 
 // Peers is what the job protocol needs of membership; *Membership
@@ -144,7 +146,7 @@ func (j *Jobs) self() string {
 // NewJobs returns the job protocol of node cfg.ID. Messages are handled
 // (Handle) from Start on; before, they are dropped.
 func NewJobs(cfg JobsConfig) (*Jobs, error) {
-	if !validNodeID(cfg.ID) {
+	if !storage.ValidNodeID(cfg.ID) {
 		return nil, errors.New("replication: JobsConfig.ID must be 40 lower-case hex digits")
 	}
 	if cfg.Peers == nil {

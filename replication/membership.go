@@ -19,6 +19,8 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/diskque/diskque/internal/durable"
+
+	"github.com/diskque/diskque/storage"
 )
 
 // NodeInfo is one node as this node sees it (CLUSTER NODES, HELLO).
@@ -183,7 +185,7 @@ type forgetBan struct {
 // background, the peers of the nodes file in cfg.Dir. Register it before
 // cfg.Mux.Serve (or gossip arriving first is refused).
 func NewMembership(cfg MembershipConfig) (*Membership, error) {
-	if !validNodeID(cfg.ID) {
+	if !storage.ValidNodeID(cfg.ID) {
 		return nil, fmt.Errorf("%w: %q", ErrInvalidNodeID, cfg.ID)
 	}
 	if cfg.Mux == nil {
@@ -454,7 +456,7 @@ func (m *Membership) infoLocked(p *peerState, now time.Time) NodeInfo {
 
 // Forget removes the node; gossip does not re-add it for ForgetBan.
 func (m *Membership) Forget(id string) error {
-	if !validNodeID(id) {
+	if !storage.ValidNodeID(id) {
 		return ErrInvalidNodeID
 	}
 	m.mu.Lock()
@@ -490,7 +492,7 @@ func (m *Membership) bannedLocked(id string, now time.Time) bool {
 // memberlist instance and starts a new one that knows nobody; newID != ""
 // takes a new id. OnChange reports every peer gone.
 func (m *Membership) Reset(newID string) error {
-	if newID != "" && !validNodeID(newID) {
+	if newID != "" && !storage.ValidNodeID(newID) {
 		return fmt.Errorf("%w: %q", ErrInvalidNodeID, newID)
 	}
 	m.listMu.Lock()
@@ -1040,7 +1042,7 @@ func (d *gossipDelegate) alive(n *memberlist.Node, relearn bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
-	if d.gen != m.gen || m.closed || n.Name == m.id || m.bannedLocked(n.Name, now) || !validNodeID(n.Name) {
+	if d.gen != m.gen || m.closed || n.Name == m.id || m.bannedLocked(n.Name, now) || !storage.ValidNodeID(n.Name) {
 		return
 	}
 	p := m.peers[n.Name]

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/diskque/diskque/storage"
 )
 
 // nodeMeta is what a node gossips about itself in memberlist's node
@@ -68,7 +70,7 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 		}
 		m.Started = started
 	}
-	if !validNodeID(m.ID) {
+	if !storage.ValidNodeID(m.ID) {
 		return nodeMeta{}, fmt.Errorf("replication: node metadata names a bad id %q", m.ID)
 	}
 	for _, a := range []string{m.ClientAddr, m.BusAddr} {
@@ -89,20 +91,6 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 		}
 	}
 	return m, nil
-}
-
-// validNodeID: 40 lower-case hex characters.
-func validNodeID(id string) bool {
-	if len(id) != 40 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // gossipKey derives memberlist's AES-256 gossip key from cluster-secret.

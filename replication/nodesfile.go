@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"strings"
+
+	"github.com/diskque/diskque/storage"
 )
 
 // NodesFileName is the nodes file in the data directory: our id and every
@@ -83,7 +85,7 @@ func decodeNodesFile(data []byte) (nodesFile, error) {
 			return f, bad("not 5 fields")
 		}
 		n := NodeInfo{ID: fields[1], ClientAddr: fields[2], BusAddr: fields[3]}
-		if !validNodeID(n.ID) {
+		if !storage.ValidNodeID(n.ID) {
 			return f, bad("bad node id")
 		}
 		if n.ClientAddr == "-" {

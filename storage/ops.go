@@ -311,7 +311,7 @@ var ErrNotEmpty = errors.New("storage: the store holds jobs")
 // index values that say "this store's node" would otherwise name the new
 // id. id is 40 lower-case hex digits.
 func (s *Store) SetNodeID(id string) error {
-	if !validNodeID(id) {
+	if !ValidNodeID(id) {
 		return fmt.Errorf("%w: bad node id %q", ErrInvalidJob, id)
 	}
 	s.mu.Lock()
@@ -326,7 +326,8 @@ func (s *Store) SetNodeID(id string) error {
 	return s.log.Sync()
 }
 
-func validNodeID(id string) bool {
+// ValidNodeID reports whether id is a node id: 40 lower-case hex digits.
+func ValidNodeID(id string) bool {
 	if len(id) != 40 {
 		return false
 	}
