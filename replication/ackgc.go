@@ -168,10 +168,7 @@ func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
 		}
 	}
 	j.mu.Unlock()
-	for n, ids := range dels {
-		j.send(n, MsgDelJob, encodeIDs(ids))
-		j.count(func(s *JobsStats) { s.DelJobsSent++ })
-	}
+	j.sendDelJobs(dels)
 	if ids := append(done, dropDummy...); len(ids) > 0 {
 		if _, err := j.broker.DelJob(ids); err != nil {
 			j.log.Warn("replication: deleting collected jobs", "jobs", len(ids), "err", err)
@@ -200,10 +197,7 @@ func (j *Jobs) FastAcked(jobs []*storage.Job, unknown []string) {
 		delete(j.acks, job.ID)
 	}
 	j.mu.Unlock()
-	for n, ids := range per {
-		j.send(n, MsgDelJob, encodeIDs(ids))
-		j.count(func(s *JobsStats) { s.DelJobsSent++ })
-	}
+	j.sendDelJobs(per)
 }
 
 // resume restarts what a restart interrupted: the collection of every
@@ -236,13 +230,23 @@ func (j *Jobs) resume() error {
 		if _, err := j.broker.DelJob(waiting); err != nil {
 			return err
 		}
+		per := map[string][]string{}
 		for _, n := range j.otherIDs() {
-			j.send(n, MsgDelJob, encodeIDs(waiting))
+			per[n] = waiting
 		}
+		j.sendDelJobs(per)
 	}
 	if len(acked) > 0 {
 		j.log.Info("replication: resuming the collection of acked jobs", "jobs", len(acked))
 		j.Acked(acked)
 	}
 	return nil
+}
+
+// sendDelJobs sends each node its DELJOB (the ids to delete), counted.
+func (j *Jobs) sendDelJobs(per map[string][]string) {
+	for n, ids := range per {
+		j.send(n, MsgDelJob, encodeIDs(ids))
+		j.count(func(s *JobsStats) { s.DelJobsSent++ })
+	}
 }

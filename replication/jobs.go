@@ -389,10 +389,7 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 		}
 		j.mu.Unlock()
 		j.sendEnqueues(enq)
-		for n, ids := range dels {
-			j.send(n, MsgDelJob, encodeIDs(ids))
-			j.count(func(s *JobsStats) { s.DelJobsSent++ })
-		}
+		j.sendDelJobs(dels)
 		if left == 0 {
 			return out
 		}

@@ -251,8 +251,5 @@ func (j *Jobs) delJobs(ids []string) {
 	if _, err := j.broker.RemoteDelJob(ids); err != nil {
 		j.log.Warn("replication: DELJOB", "jobs", len(ids), "err", err)
 	}
-	for n, ids := range dels {
-		j.send(n, MsgDelJob, encodeIDs(ids))
-		j.count(func(s *JobsStats) { s.DelJobsSent++ })
-	}
+	j.sendDelJobs(dels)
 }

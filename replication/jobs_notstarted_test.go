@@ -51,7 +51,7 @@ func (p onePeer) Reachable() []NodeInfo { return []NodeInfo{{ID: p.other}} }
 // TestAddBeforeStart: the daemon serves clients a moment before the bus is
 // up and the broker's Jobs started. A replicated ADDJOB then must get
 // -NOREPL (no link to any node yet), not a nil transport's panic, and an
-// ASYNC one must be added alone.
+// ASYNC one is added or refused with -NOREPL, never a panic.
 func TestAddBeforeStart(t *testing.T) {
 	other := storage.NewNodeID()
 	st, j, b := jobsOverMemStore(t, func(self string) Peers { return onePeer{self, other} })
