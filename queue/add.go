@@ -305,12 +305,23 @@ func (b *Broker) finishReplication(items []replItem, nodes [][]string, ok []bool
 	batch := b.st.NewBatch()
 	type opRef struct {
 		item int
-		kind byte // 'n' nodes, 'q' queue, 'd' delete
+		kind byte // 'n' nodes, 'q' queue, 'd' delete, 'a' ack
 	}
 	var ops []opRef
 	for k, it := range items {
 		id := it.Job.ID
 		switch {
+		case k < len(nodes) && !ok[k] && len(nodes[k]) > 1:
+			// Copies were sent: the job is acked here, not deleted, and
+			// its collection (Cluster.Acked: SETACK until every node it
+			// went to confirmed, then DELJOB) deletes them and then it —
+			// retried, and resumed after a restart from the acked job on
+			// disk. A lone DELJOB, lost, would leave a copy to be
+			// requeued: a job the client was told failed, delivered.
+			outcome[k] = ErrReplTimeout
+			batch.SetNodes(id, nodes[k])
+			batch.Ack(id)
+			ops = append(ops, opRef{k, 'n'}, opRef{k, 'a'})
 		case k >= len(nodes) || !ok[k]:
 			outcome[k] = ErrReplTimeout
 			batch.Delete(id)
@@ -337,12 +348,20 @@ func (b *Broker) finishReplication(items []replItem, nodes [][]string, ok []bool
 		return outcome, nil
 	}
 	res, pending := b.st.Apply(batch)
+	// collect: the timed-out jobs acked here; gone: those that went
+	// meanwhile (expired, deleted), whose copies get a DELJOB only.
+	var collect, gone []*storage.Job
 	for n, r := range res {
 		o := ops[n]
 		if r.Err != nil {
 			if errUnusable(r.Err) {
 				b.mu.Unlock()
 				return nil, wrapStore(r.Err)
+			}
+			if o.kind == 'a' {
+				j := *items[o.item].Job
+				j.Nodes = nodes[o.item]
+				gone = append(gone, &j)
 			}
 			if o.kind == 'n' && items[o.item].Job.State == storage.StateWaitRepl {
 				// Gone meanwhile (expired, deleted by a DELJOB).
@@ -363,11 +382,19 @@ func (b *Broker) finishReplication(items []replItem, nodes [][]string, ok []bool
 			if r.Old.State == storage.StateQueued {
 				b.unqueuedLocked(r.Old)
 			}
+		case 'a':
+			collect = append(collect, r.Job)
 		}
 	}
 	b.mu.Unlock()
 	if err := pending.Wait(); err != nil {
 		return nil, wrapStore(err)
+	}
+	if len(collect) > 0 {
+		b.cluster.Acked(collect)
+	}
+	if len(gone) > 0 {
+		b.cluster.FastAcked(gone, nil)
 	}
 	return outcome, nil
 }

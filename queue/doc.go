@@ -95,9 +95,11 @@
 // call (so pipelined ADDJOBs share REPLJOB messages as they share a group
 // commit); then, under Broker.mu again, each confirmed job gets its nodes
 // (storage's NODES record: wait-repl → active) and is queued, or left for
-// its DELAY; one not confirmed by min(ms-timeout, TTL) is deleted here
-// (the cluster deleted the copies it sent) and its ADDJOB fails with
-// ErrReplTimeout. Fewer than n−1 reachable peers at the start is ErrNoRepl,
+// its DELAY; one not confirmed by min(ms-timeout, TTL) fails its ADDJOB
+// with ErrReplTimeout and is deleted here — or, if a copy was sent,
+// acked here with its node list and handed to Cluster.Acked, whose
+// collection (retried, resumed after a restart) deletes every copy and
+// then it: a copy left alive would be requeued, a failed job delivered. Fewer than n−1 reachable peers at the start is ErrNoRepl,
 // and nothing is stored. An ASYNC job's node list must be stored before a
 // consumer can see it: queued while its list said no other node held it,
 // it could be taken and acked and its copies never collected. With a

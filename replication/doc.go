@@ -175,8 +175,13 @@
 //     a per-sender confirmer waits for their durability per its fsync
 //     policy and answers GOTJOB for every REPLJOB applied meanwhile in one
 //     message (the link goes on applying: the REPLJOBs share the AOF
-//     write; Close waits for the confirmers). At the job's deadline,
-//     DELJOB to every node it was sent to.
+//     write; Close waits for the confirmers). At the job's deadline the
+//     broker acks a job sent anywhere (its node list recorded) and Acked
+//     collects it: SETACK until every node it was sent to confirmed, then
+//     DELJOB, retried and resumed after a restart like any ack — one
+//     DELJOB, lost, left a copy to be requeued, delivering a job its
+//     client was told failed (Disque sends one DELJOB). An external
+//     replication, stored nowhere here, still sends one DELJOB.
 //   - ReplicateAsync: the same REPLJOB flagged no-reply, not waited for;
 //     the origin queues the job once it has recorded where they went.
 //     Jobs is also a queue.AsyncPlanner: AsyncNodes chooses an ASYNC job's
@@ -194,9 +199,12 @@
 //     the job leaves the collection to it and goes; one that nobody knows
 //     stays until its TTL and is no longer retried. A DELJOB for a job
 //     being collected here too ends that collection with DELJOB to its
-//     targets (clearing the dummy acks its SETACKs left). Start resumes the collection of every
-//     acked job on disk, and deletes the jobs a restart left in wait-repl
-//     (their ADDJOB was never answered; DELJOB to every node).
+//     targets (clearing the dummy acks its SETACKs left). A target no
+//     longer known (forgotten) counts as confirmed at the next round.
+//     Start resumes the collection of every acked job on disk, and
+//     deletes the jobs a restart left in wait-repl (their ADDJOB was never
+//     answered), each leaving a dummy ack collected from every node (an
+//     at-most-once one: DELJOB to every node, its copies never requeue).
 //   - FastAcked: DELJOB to the job's holders (every node for an id unknown
 //     here), no confirmation.
 //   - WillQueue, Queued, Working (jobs_queueing.go): WILLQUEUE, QUEUED

@@ -172,7 +172,7 @@ func NewJobs(cfg JobsConfig) (*Jobs, error) {
 // Start binds the broker and the transport (whose handler is j.Handle),
 // resumes the work a restart left — the collection of every acked job on
 // disk, and the deletion of jobs left in wait-repl (their ADDJOB never
-// answered: DELJOB to every node) — and starts the ack-retry loop, even
+// answered: a dummy ack each, collected from every node) — and starts the ack-retry loop, even
 // when the resume fails (its error is returned).
 func (j *Jobs) Start(b *queue.Broker, t Transport) error {
 	j.mu.Lock()
@@ -312,8 +312,9 @@ func (j *Jobs) send(to string, typ MsgType, payload []byte) {
 // chosen at random (one message per node for all the call's jobs it gets);
 // every ResendInterval while a job is short, one more node, and the
 // REPLJOB again to the nodes that have not answered (a node whose link
-// came back gets it); at a job's deadline, DELJOB to every node it was
-// sent to.
+// came back gets it); at a job's deadline, its copies are deleted on every node it was
+// sent to (by the broker, which acks a job sent somewhere and has it
+// collected: Acked).
 func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 	return j.replicate(jobs, false)
 }
@@ -377,6 +378,12 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 			case closed || r.Deadline != 0 && now >= r.Deadline:
 				finished[i], left = true, left-1
 				out[i] = queue.ReplicationResult{Nodes: j.nodeList(p)}
+				if !external {
+					// The broker acks the job here and its collection
+					// (Acked) deletes the copies sent, retried until each
+					// node confirmed: a DELJOB alone may be lost.
+					continue
+				}
 				for _, n := range p.sent {
 					if dels == nil {
 						dels = map[string][]string{}
