@@ -147,6 +147,8 @@ type Membership struct {
 	bans      map[string]forgetBan
 	emitted   map[string]NodeInfo // what OnChange was last told
 	joining   bool                // a rejoin is running
+	// rejoinQueue: the bus addresses the running rejoin has yet to join.
+	rejoinQueue []string
 	// handshakes are the bus addresses of MEETs that failed, retried in
 	// the background until their deadline or until a node at that
 	// address is known (Disque's handshake nodes).
@@ -525,6 +527,7 @@ func (m *Membership) Reset(newID string) error {
 	}
 	m.peers, m.bans = map[string]*peerState{}, bans
 	m.handshakes = map[string]time.Time{}
+	m.rejoinQueue = nil // the old nodes' addresses
 	if newID != "" {
 		m.id = newID
 	}
@@ -811,46 +814,70 @@ func (m *Membership) rejoinFailed() {
 	}
 }
 
-// startRejoin joins addrs on a goroutine (one at a time); afterwards every
-// pending peer memberlist still does not have is failed.
+// startRejoin joins addrs on a goroutine (one at a time); once no address
+// is left to join, every pending peer memberlist still does not have is
+// failed. Addresses given while a rejoin runs join its queue (they were
+// dropped: a recreated instance's rejoin of every peer, asked while the
+// old instance's ran, never happened, and its pending peers were failed),
+// and each join uses the memberlist instance current when it starts.
 func (m *Membership) startRejoin(addrs []string) {
 	m.mu.Lock()
-	if m.joining || m.closed {
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.rejoinQueue = append(m.rejoinQueue, addrs...)
+	if m.joining {
 		m.mu.Unlock()
 		return
 	}
 	m.joining = true
-	m.mu.Unlock()
+	// Under mu, with closed false: Close's wg.Wait cannot have begun.
 	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.listMu.RLock()
-		list := m.list
-		m.listMu.RUnlock()
-		slices.Sort(addrs)
-		for _, a := range slices.Compact(addrs) {
+	m.mu.Unlock()
+	go m.runRejoin()
+}
+
+// runRejoin is startRejoin's goroutine: it joins the queued addresses,
+// each once per batch, until the queue is empty.
+func (m *Membership) runRejoin() {
+	defer m.wg.Done()
+	for {
+		m.mu.Lock()
+		batch := m.rejoinQueue
+		m.rejoinQueue = nil
+		if len(batch) == 0 || m.closed {
+			m.joining = false
+			if !m.closed {
+				for _, p := range m.peers {
+					if p.pending && !p.inList {
+						p.pending, p.info.Failed = false, true
+						if p.pingSent.IsZero() {
+							p.pingSent = time.Now()
+						}
+					}
+				}
+				m.kickLocked()
+			}
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+		slices.Sort(batch)
+		for _, a := range slices.Compact(batch) {
 			select {
 			case <-m.done:
-				return
+				continue // the next turn ends the rejoin
 			default:
 			}
+			m.listMu.RLock()
+			list := m.list
+			m.listMu.RUnlock()
 			if _, err := list.Join([]string{a}); err != nil {
 				m.log.Debug("replication: rejoining a known node", "bus", a, "err", unwrapJoinError(err))
 			}
 		}
-		m.mu.Lock()
-		m.joining = false
-		for _, p := range m.peers {
-			if p.pending && !p.inList {
-				p.pending, p.info.Failed = false, true
-				if p.pingSent.IsZero() {
-					p.pingSent = time.Now()
-				}
-			}
-		}
-		m.kickLocked()
-		m.mu.Unlock()
-	}()
+	}
 }
 
 // markDirty schedules a nodes-file write.
