@@ -56,6 +56,9 @@ type gossipTransport struct {
 	heard func(addr string)
 
 	sent, received atomic.Int64 // packets and streams
+
+	// idle is packetIdle (tests shorten it).
+	idle time.Duration
 }
 
 const (
@@ -85,6 +88,7 @@ func newGossipTransport(mux *PortMux, advertise *net.TCPAddr, log *slog.Logger) 
 		done:      make(chan struct{}),
 		writers:   map[string]*packetWriter{},
 		inbound:   map[net.Conn]struct{}{},
+		idle:      packetIdle,
 	}
 	mux.Handle(KindGossipStream, t.acceptStream)
 	mux.Handle(KindGossipPacket, t.acceptPackets)
@@ -180,8 +184,12 @@ func (t *gossipTransport) sendPacket(b []byte, addr string) error {
 		t.wg.Add(1)
 		go w.run()
 	}
-	t.mu.Unlock()
 	pkt := append([]byte(nil), b...) // memberlist may reuse b
+	// Queued under mu: an idle writer leaves (and is forgotten) under mu
+	// only when its queue is empty. Queued after the unlock, a packet
+	// could land in the queue of a writer that had just left: lost,
+	// though counted sent.
+	defer t.mu.Unlock()
 	select {
 	case w.queue <- pkt:
 		t.sent.Add(1)
@@ -203,7 +211,7 @@ func (w *packetWriter) run() {
 	var conn net.Conn
 	var bw *bufio.Writer
 	var backoffUntil time.Time
-	idle := time.NewTimer(packetIdle)
+	idle := time.NewTimer(w.t.idle)
 	defer func() {
 		idle.Stop()
 		if conn != nil {
@@ -224,10 +232,10 @@ func (w *packetWriter) run() {
 				return
 			}
 			w.t.mu.Unlock()
-			idle.Reset(packetIdle)
+			idle.Reset(w.t.idle)
 			continue
 		}
-		idle.Reset(packetIdle)
+		idle.Reset(w.t.idle)
 		if conn == nil {
 			if time.Now().Before(backoffUntil) {
 				continue // dropped
