@@ -133,8 +133,8 @@ func (t *gossipTransport) acceptPackets(c net.Conn) {
 		return
 	}
 	c.SetReadDeadline(time.Time{})
-	from, err := net.ResolveTCPAddr("tcp", string(addrBuf))
-	if err != nil || from.IP == nil {
+	from, err := parsePeerAddr(string(addrBuf)) // a name is refused, not looked up
+	if err != nil {
 		t.log.Debug("replication: a gossip packet connection names no address; closed",
 			"remote", c.RemoteAddr().String())
 		return

@@ -750,7 +750,7 @@ func (m *Membership) probePeers() {
 	list := m.list
 	m.listMu.RUnlock()
 	for _, t := range targets {
-		addr, err := net.ResolveTCPAddr("tcp", t.bus)
+		addr, err := parsePeerAddr(t.bus) // never a DNS lookup
 		if err != nil {
 			m.pingDone(t.id, false)
 			continue
