@@ -72,6 +72,9 @@ type Jobs struct {
 	// replRTT is a moving average of the REPLJOB→GOTJOB round trip (ms),
 	// which paces the nodes a short replication adds.
 	replRTT atomic.Int64
+	// rtt is the same round trips' histogram, for their p99
+	// (jobs_observe.go).
+	rtt rttHistogram
 
 	// mu guards the maps below. It is a leaf: never held across a broker
 	// call, a transport Send or a wait.

@@ -186,6 +186,7 @@ func (j *Jobs) gotJobs(from string, ids []string) {
 			// One sample per message: an average over 8 answers.
 			old := j.replRTT.Load()
 			j.replRTT.Store(old + (max(now-p.start, 0)-old)/8)
+			j.rtt.observe(now - p.start)
 		}
 		p.confirmed[from] = true
 		if len(p.confirmed) >= p.need {

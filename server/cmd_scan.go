@@ -495,6 +495,6 @@ scan:
 		items = append(items, shown{j, body})
 	}
 	writeScanReply(c, next, len(items), func(i int) {
-		writeShow(c, items[i].job, items[i].body)
+		writeShow(c, items[i].job, items[i].body, s.nodesConfirmed(items[i].job.ID))
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/replication"
+	"github.com/diskque/diskque/server"
 )
 
 // clusterBus is the node's cluster side: the bus port (one PortMux), the job
@@ -157,6 +158,7 @@ func (c clusterControl) InfoLines() []string {
 		kv("cluster_pending_replications", int64(s.PendingRepl)),
 		kv("cluster_pending_ack_collections", int64(s.PendingAcks)),
 		kv("cluster_repljob_rtt_avg_ms", j.RoundTripMillis()),
+		kv("cluster_repljob_rtt_p99_ms", j.RoundTripP99Millis()),
 		kv("cluster_repljobs_sent", s.ReplJobsSent),
 		kv("cluster_gotjobs_received", s.GotJobsReceived),
 		kv("cluster_setacks_sent", s.SetAcksSent),
@@ -170,6 +172,29 @@ func (c clusterControl) InfoLines() []string {
 		kv("cluster_enqueues_received", s.EnqueuesReceived),
 		kv("cluster_bad_payloads", s.BadPayloads),
 	}
+}
+
+// NodesConfirmed implements server.NodesConfirmer (SHOW's
+// nodes-confirmed), from the current broker's job protocol.
+func (c clusterControl) NodesConfirmed(id string) []string {
+	if j := c.bus.jobs.Load(); j != nil {
+		return j.NodesConfirmed(id)
+	}
+	return nil
+}
+
+// JobsFigures implements server.JobsFigurer (the Prometheus endpoint's
+// pending REPLJOBs and SETACKs and round trips).
+func (c clusterControl) JobsFigures() (server.JobsFigures, bool) {
+	j := c.bus.jobs.Load()
+	if j == nil {
+		return server.JobsFigures{}, false
+	}
+	s := j.Stats()
+	return server.JobsFigures{
+		PendingRepl: int64(s.PendingRepl), PendingAcks: int64(s.PendingAcks),
+		RTTAvgMillis: j.RoundTripMillis(), RTTP99Millis: j.RoundTripP99Millis(),
+	}, true
 }
 
 // ResetNodeID implements server.NodeIDResetter: after the flush, the store
