@@ -2,12 +2,14 @@ package replication
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -39,6 +41,7 @@ import (
 // gossipShim whose Shutdown does not close the shared transport.
 type gossipTransport struct {
 	advertise *net.TCPAddr
+	src       netip.Addr // source address of our dials (zero: the OS's choice)
 	log       *slog.Logger
 
 	packetCh chan *memberlist.Packet
@@ -79,9 +82,10 @@ const (
 	packetWriteTimeout = 2 * time.Second
 )
 
-func newGossipTransport(mux *PortMux, advertise *net.TCPAddr, log *slog.Logger) *gossipTransport {
+func newGossipTransport(mux *PortMux, advertise *net.TCPAddr, src netip.Addr, log *slog.Logger) *gossipTransport {
 	t := &gossipTransport{
 		advertise: advertise,
+		src:       src,
 		log:       log,
 		packetCh:  make(chan *memberlist.Packet, 64),
 		streamCh:  make(chan net.Conn),
@@ -270,7 +274,7 @@ func (w *packetWriter) run() {
 }
 
 func (w *packetWriter) dial() (net.Conn, error) {
-	c, err := DialKind(w.addr, KindGossipPacket, gossipDialTimeout)
+	c, err := dialKindFrom(context.Background(), w.t.src, w.addr, KindGossipPacket, gossipDialTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +299,7 @@ func writeFrame(w *bufio.Writer, pkt []byte) error {
 }
 
 func (t *gossipTransport) dialStream(addr string, timeout time.Duration) (net.Conn, error) {
-	c, err := DialKind(addr, KindGossipStream, timeout)
+	c, err := dialKindFrom(context.Background(), t.src, addr, KindGossipStream, timeout)
 	if err == nil {
 		t.sent.Add(1)
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ func gossipPair(b testing.TB) (*gossipTransport, *PortMux) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gt := newGossipTransport(mux, mux.Addr(), log)
+	gt := newGossipTransport(mux, mux.Addr(), netip.Addr{}, log)
 	done := make(chan struct{})
 	go func() { mux.Serve(); close(done) }()
 	b.Cleanup(func() { mux.Close(); gt.close(); <-done })

@@ -7,6 +7,7 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -64,6 +65,14 @@ type MembershipConfig struct {
 	OnChange func(n NodeInfo, gone bool)
 	// ForgetBan is how long Forget keeps a node out; 0 = DefaultForgetBan.
 	ForgetBan time.Duration
+	// AdvertiseBus, if set, is the bus address ("ip:port") this node
+	// tells its peers, instead of the one Mux listens on: for a node
+	// behind NAT, a port forward or a fault proxy (the daemon's
+	// cluster-announce-ip and cluster-announce-bus-port).
+	AdvertiseBus string
+	// SourceAddr, if valid, is the source address of the gossip
+	// connections this node dials (dial_source.go).
+	SourceAddr netip.Addr
 }
 
 var (
@@ -206,9 +215,17 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	if cfg.ForgetBan <= 0 {
 		cfg.ForgetBan = DefaultForgetBan
 	}
+	advertise := advertiseAddr(cfg.Mux.Addr(), cfg.ClientAddr)
+	if cfg.AdvertiseBus != "" {
+		ap, err := netip.ParseAddrPort(cfg.AdvertiseBus)
+		if err != nil || ap.Port() == 0 || ap.Addr().IsUnspecified() {
+			return nil, fmt.Errorf("%w: bus address to advertise %q: want a specific ip:port", ErrInvalidAddress, cfg.AdvertiseBus)
+		}
+		advertise = net.TCPAddrFromAddrPort(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+	}
 	m := &Membership{
 		log: logger, dir: cfg.Dir, started: time.Now().UnixMilli(), client: cfg.ClientAddr, secret: cfg.Secret, ban: cfg.ForgetBan,
-		advertise: advertiseAddr(cfg.Mux.Addr(), cfg.ClientAddr),
+		advertise: advertise,
 		onChange:  cfg.OnChange,
 		id:        cfg.ID, timeout: cfg.NodeTimeout, timings: timingsFor(cfg.NodeTimeout),
 		peers: map[string]*peerState{}, bans: map[string]forgetBan{}, emitted: map[string]NodeInfo{},
@@ -226,7 +243,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 			rejoin = append(rejoin, p.BusAddr)
 		}
 	}
-	m.gt = newGossipTransport(cfg.Mux, m.advertise, logger)
+	m.gt = newGossipTransport(cfg.Mux, m.advertise, cfg.SourceAddr, logger)
 	if cfg.Secret == "" {
 		// Without a secret anyone can claim any address anyway; with one,
 		// only what memberlist decrypted counts as a sign of life.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,9 @@ type TCPConfig struct {
 	Mux *PortMux
 	// Secret is cluster-secret: "" leaves the bus open (logged at start).
 	Secret string
+	// SourceAddr, if valid, is the source address of every link this
+	// transport dials (dial_source.go); the zero Addr lets the OS choose.
+	SourceAddr netip.Addr
 	// Handler receives every message from every peer (required).
 	Handler Handler
 	// Logger defaults to slog.Default().
