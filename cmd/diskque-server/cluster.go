@@ -62,17 +62,6 @@ func listenBus(cfg config, log *slog.Logger) (*clusterBus, error) {
 	return &clusterBus{log: log, mux: mux}, nil
 }
 
-// advertisedClientAddr is the client address this node gives its peers (in
-// CLUSTER NODES and HELLO): the bind address, or 127.0.0.1 when it is a
-// wildcard, as Disque does.
-func advertisedClientAddr(bind string, port int) string {
-	host := bind
-	if ip := net.ParseIP(bind); ip == nil || ip.IsUnspecified() {
-		host = "127.0.0.1"
-	}
-	return net.JoinHostPort(host, strconv.Itoa(port))
-}
-
 // busHandler hands the job messages of the bus to the job protocol of the
 // current broker; while there is none (a store reopening) they are
 // dropped, and the protocol's retries send again what matters.
@@ -212,19 +201,22 @@ func (c clusterControl) ResetNodeID(newID string) error {
 func (b *clusterBus) start(cfg config, id, dir string, clientPort int) error {
 	tr, err := replication.NewTCPTransport(replication.TCPConfig{
 		ID: id, Mux: b.mux, Secret: cfg.ClusterSecret, Handler: b.busHandler, Logger: b.log,
+		SourceAddr: cfg.sourceAddr(),
 	})
 	if err != nil {
 		return fmt.Errorf("cluster bus: %w", err)
 	}
 	b.transport = tr
 	m, err := replication.NewMembership(replication.MembershipConfig{
-		ID:          id,
-		Dir:         dir,
-		ClientAddr:  advertisedClientAddr(cfg.Bind, clientPort),
-		Mux:         b.mux,
-		NodeTimeout: time.Duration(cfg.ClusterNodeTimeout) * time.Millisecond,
-		Secret:      cfg.ClusterSecret,
-		Logger:      b.log,
+		ID:           id,
+		Dir:          dir,
+		ClientAddr:   cfg.announcedClientAddr(clientPort),
+		AdvertiseBus: cfg.announcedBusAddr(b.mux.Addr().Port),
+		SourceAddr:   cfg.sourceAddr(),
+		Mux:          b.mux,
+		NodeTimeout:  time.Duration(cfg.ClusterNodeTimeout) * time.Millisecond,
+		Secret:       cfg.ClusterSecret,
+		Logger:       b.log,
 		// Every node membership knows has a link on the transport (dialled
 		// at once, redialled with backoff while it is down); a forgotten
 		// one loses it.
@@ -252,6 +244,7 @@ func (b *clusterBus) start(cfg config, id, dir string, clientPort int) error {
 	b.served = make(chan error, 1)
 	go func() { b.served <- b.mux.Serve() }()
 	b.log.Info("cluster bus listening", "addr", b.mux.Addr().String(), "node", id,
+		"announced", m.Nodes()[0].BusAddr, "source_addr", cfg.sourceAddr().String(),
 		"cluster_node_timeout_ms", cfg.ClusterNodeTimeout)
 	return nil
 }
