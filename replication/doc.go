@@ -10,6 +10,20 @@
 // KindGossipStream, KindGossipPacket); PortMux hands it to the handler for
 // that byte and closes connections that name none.
 //
+// Addresses. What peers are told (the bus address in the gossiped metadata
+// and memberlist's, so the one they dial) is the address the bus port
+// listens on, unless MembershipConfig.AdvertiseBus names another: a node
+// behind NAT, a port forward or a fault proxy (the daemon's
+// cluster-announce-ip and cluster-announce-bus-port). Nothing checks a
+// connection's remote address against it: the handshake identifies a job
+// link's peer by id, a packet connection names its sender's advertised
+// address, memberlist's messages their own. Every connection this node
+// dials (job links, gossip packets and streams, dial_source.go) leaves
+// from TCPConfig.SourceAddr / MembershipConfig.SourceAddr when set (the
+// daemon's bind-source-addr, or its bind when that is one IP), so a peer,
+// or a proxy in front of one (internal/faultproxy), can tell nodes apart
+// by the source of their connections.
+//
 // # Membership
 //
 // Membership (membership.go) is memberlist (SWIM) over the bus port: a

@@ -290,12 +290,15 @@ func (c *proxyConn) pipe(from, to net.Conn, up bool) {
 	var readErr error // set before q closes
 	go func() {
 		defer close(q)
+		buf := make([]byte, chunkSize)
 		for {
-			buf := make([]byte, chunkSize)
 			n, err := from.Read(buf)
 			if n > 0 {
+				// A copy of exactly what was read: gossip's reads are a
+				// few hundred bytes, and a held queue keeps them.
+				data := append([]byte(nil), buf[:n]...)
 				select {
-				case q <- chunk{data: buf[:n], read: time.Now()}:
+				case q <- chunk{data: data, read: time.Now()}:
 				case <-c.done:
 					readErr = net.ErrClosed
 					return

@@ -95,9 +95,10 @@ func TestProxyForwardsBothWaysAndCounts(t *testing.T) {
 	if err := roundTrip(c, "hello", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	s := p.Stats()
-	if s.Accepted != 1 || s.Open != 1 || s.BytesUp != 6 || s.BytesDown != 6 {
-		t.Fatalf("stats after one echo = %+v, want 1 accepted, 1 open, 6 bytes each way", s)
+	// The counters follow the writes: poll.
+	want := Stats{Accepted: 1, Open: 1, BytesUp: 6, BytesDown: 6}
+	if !pollFor(5*time.Second, func() bool { return p.Stats() == want }) {
+		t.Fatalf("stats after one echo = %+v, want %+v", p.Stats(), want)
 	}
 	// A half-close reaches the target, whose EOF comes back.
 	c.(*net.TCPConn).CloseWrite()
@@ -155,9 +156,11 @@ func TestProxyHoldBlackHolesUntilLifted(t *testing.T) {
 	if n, err := c.Read(make([]byte, 8)); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read under a hold = %d, %v; want a timeout", n, err)
 	}
-	up := p.Stats().BytesUp
-	if up != 5 {
-		t.Fatalf("bytes up under a down-hold = %d, want 5 (up is not held)", up)
+	if !pollFor(5*time.Second, func() bool { return p.Stats().BytesUp == 5 }) {
+		t.Fatalf("bytes up under a down-hold = %d, want 5 (up is not held)", p.Stats().BytesUp)
+	}
+	if got := p.Stats().BytesDown; got != 0 {
+		t.Fatalf("bytes down under a down-hold = %d, want 0", got)
 	}
 	p.ClearRules()
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
