@@ -225,3 +225,46 @@ func TestClusterPartitionSplitHoldersThenHeal(t *testing.T) {
 		t.Errorf("after the heal node 0 reaches %s nodes, want 2", got)
 	}
 }
+
+// TestClusterPartitionBlackHoleAndRestart: a node whose bus traffic is
+// black-holed both ways (connections stay open, bytes stop: a lost route
+// rather than a reset) is flagged fail too, and clears once the held bytes
+// flow again; a node SIGKILLed and restarted behind its proxy, on a new
+// client port, rejoins from its nodes file through the proxies.
+func TestClusterPartitionBlackHoleAndRestart(t *testing.T) {
+	pc := startPartCluster(t, 3)
+
+	for _, other := range []int{0, 1} {
+		pc.net.Hold(2, other)
+		pc.net.Hold(other, 2)
+	}
+	held := time.Now()
+	waitUntil(t, clusterWait, "nodes 0 and 1 to flag the black-holed node 2 fail", func() bool {
+		return pc.flagged(0, 2, "fail") && pc.flagged(1, 2, "fail")
+	})
+	t.Logf("the black-holed node flagged fail %v after the hold", time.Since(held).Round(time.Millisecond))
+	if s := pc.net.Stats(2); s.Reset != 0 || s.Refused != 0 {
+		t.Errorf("a hold reset or refused connections: %+v", s)
+	}
+	pc.net.HealAll()
+	pc.waitMesh()
+	waitUntil(t, clusterWait, "node 0's flags on node 2 to clear", func() bool {
+		return clusterNodes(t, pc.clients[0])[pc.ids[2]].flags == "noflags"
+	})
+
+	pc.kill(1)
+	waitUntil(t, clusterWait, "node 0 to flag the killed node 1 fail", func() bool { return pc.flagged(0, 1, "fail") })
+	pc.restart(1)
+	pc.waitMesh()
+	waitUntil(t, clusterWait, "node 0 to give node 1's new client address with no flag", func() bool {
+		l := clusterNodes(t, pc.clients[0])[pc.ids[1]]
+		return l.flags == "noflags" && l.addr == pc.nodes[1].addr
+	})
+	// The restarted node replicates through the proxies like the others.
+	id := addJob(t, pc.clients[1], "qr", "after-restart", "REPLICATE", 3)
+	for _, i := range []int{0, 2} {
+		if got := pc.state(i, id); got != "active" {
+			t.Errorf("node %d's copy of a job added on the restarted node is %q, want active", i, got)
+		}
+	}
+}
