@@ -114,3 +114,24 @@ func TestConfigAnnounceAndSourceAddresses(t *testing.T) {
 		t.Errorf("re-read after the rewrite: %+v", again)
 	}
 }
+
+// TestAnnouncedAddressesAreWhatTheNodeGives: a node started with
+// cluster-announce-ip and cluster-announce-port gives them as its own
+// address in CLUSTER NODES and HELLO, while it listens where bind says.
+func TestAnnouncedAddressesAreWhatTheNodeGives(t *testing.T) {
+	s := startServer(t, "--cluster-announce-ip", "127.0.0.9", "--cluster-announce-port", "30000",
+		"--cluster-announce-bus-port", "40000")
+	c := s.client(t)
+	id := myID(t, c)
+	if l := clusterNodes(t, c)[id]; l.addr != "127.0.0.9:30000" || l.flags != "myself" {
+		t.Errorf("CLUSTER NODES myself = %+v, want 127.0.0.9:30000", l)
+	}
+	hello := doArr(t, c, "HELLO")
+	self := hello[2].([]any)
+	if self[0] != id || self[1] != "127.0.0.9" || self[2] != "30000" {
+		t.Errorf("HELLO's own entry = %v, want %s 127.0.0.9 30000", self, id)
+	}
+	if got := doArr(t, c, "CONFIG", "GET", "cluster-announce-bus-port"); len(got) != 2 || got[1] != "40000" {
+		t.Errorf("CONFIG GET cluster-announce-bus-port = %v", got)
+	}
+}
