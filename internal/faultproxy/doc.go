@@ -8,10 +8,10 @@
 // # How it tells nodes apart
 //
 // Linux routes all of 127.0.0.0/8 to the loopback interface, so each node
-// of a test cluster gets an address of its own (FirstIP, 127.0.0.2, then
-// .3, …) and binds everything to it: its client port, its bus port and the
-// source of its outgoing bus and gossip connections (diskque-server's bind;
-// bind-source-addr says the same explicitly). Node i's bus is fronted by a
+// of a test cluster gets an address of its own (node i: 127.0.0.(2+i))
+// and binds everything to it: its client port, its bus port and the
+// source of its outgoing bus and gossip connections (diskque-server's
+// bind; bind-source-addr says the same explicitly). Node i's bus is fronted by a
 // proxy on i's IP, and i announces the proxy's port to its peers
 // (cluster-announce-bus-port), so every connection any peer makes to i's
 // bus goes through i's proxy, which reads the peer from the connection's

@@ -54,18 +54,20 @@ type Net struct {
 	log   []Event
 }
 
-// FirstIP is node 0's address; node i has FirstIP + i (all of 127/8 is
-// the loopback interface on Linux).
-var FirstIP = netip.AddrFrom4([4]byte{127, 0, 0, 2})
+// firstIP is node 0's address; node i has 127.0.0.(2+i) (all of 127/8 is
+// the loopback interface on Linux; 127.0.0.1 stays the tests' own).
+var firstIP = netip.AddrFrom4([4]byte{127, 0, 0, 2})
 
-// New starts a proxy for each of n nodes (1..250), each on its node's IP,
-// and picks each node a free bus port to forward to.
+// New starts a proxy for each of n nodes (1..250), each on its node's IP
+// (node i: 127.0.0.(2+i)), and picks each node a free bus port to forward
+// to. Nets may coexist: a proxy sees only the nodes that were told its
+// port.
 func New(n int) (*Net, error) {
 	if n < 1 || n > 250 {
 		return nil, fmt.Errorf("faultproxy: %d nodes: want 1 to 250", n)
 	}
 	nt := &Net{start: time.Now()}
-	ip := FirstIP
+	ip := firstIP
 	for range n {
 		bus, err := freePort(ip)
 		if err != nil {

@@ -33,7 +33,7 @@ func TestNetNodesHaveTheirOwnAddressesAndFlags(t *testing.T) {
 	nt := newNet(t, 3)
 	for i := range 3 {
 		nd := nt.Node(i)
-		if want := FirstIP.As4()[3] + byte(i); nd.IP.As4()[3] != want || nd.Proxy.Addr() != nd.IP {
+		if want := firstIP.As4()[3] + byte(i); nd.IP.As4()[3] != want || nd.Proxy.Addr() != nd.IP {
 			t.Fatalf("node %d = %+v, want IP 127.0.0.%d with its proxy on it", i, nd, want)
 		}
 		if nt.Index(nd.IP) != i {
