@@ -103,6 +103,10 @@ type JobsStats struct {
 	EnqueuesSent, EnqueuesReceived int64
 	BadPayloads                    int64 // messages dropped as malformed
 	PendingAcks, PendingRepl       int   // now
+
+	// Federation (jobs_federation.go): NEEDJOBS messages sent, and jobs
+	// moved by YOURJOBS each way.
+	NeedJobsSent, YourJobsSent, YourJobsReceived int64
 }
 
 // pendingRepl is one job of a Replicate call.
