@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"errors"
 	"slices"
 
 	"github.com/diskque/diskque/storage"
@@ -111,10 +110,10 @@ func (b *Broker) RemoteNeedJobs(from, queue string, count int) ([]Replica, error
 }
 
 // RemoteYourJobs queues the jobs another node moved here (YOURJOBS), as
-// Disque's receiveYourJobs: a job unknown here is added, active, with its
+// Disque's receiveYourJobs: a job unknown here is added queued, with its
 // ctime (its place in the queue), TTL, retry and counters, and the node
-// list it came with (this node in it), and queued; a copy already here
-// learns the nodes and is queued if it is active (an at-least-once copy
+// list it came with (this node in it); a copy already here learns the
+// nodes and counters and is queued if it is active (an at-least-once copy
 // waiting for its requeue); one queued, acked or at-most-once stays as it
 // is, so a RETRY 0 job is queued here once, and only if it is new here
 // (an at-most-once job's node list is this node alone: the sender deleted
@@ -122,6 +121,11 @@ func (b *Broker) RemoteNeedJobs(from, queue string, count int) ([]Replica, error
 // makes from one of its sources. It returns, once the jobs are durable,
 // the NEEDJOBS to send at once (an importing queue whose waiting clients
 // emptied it again).
+//
+// The common case is one store operation a job: a queued replica add,
+// which is a no-op for an id known here (storage.Batch.AddReplica), so no
+// index lookup precedes it; only the known ones, and the new ones with
+// counters to restore, take a second batch, in the same hold.
 func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest, error) {
 	if len(jobs) == 0 || !storage.ValidNodeID(from) {
 		return nil, nil
@@ -133,59 +137,47 @@ func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest,
 		b.mu.Unlock()
 		return nil, err
 	}
-	batch := b.st.NewBatch()
+	adds := b.st.NewBatch()
+	var sent []*storage.Job // adds' op → the job as sent
 	seen := make(map[string]bool, len(jobs))
 	for _, r := range jobs {
-		if r.Job == nil || seen[r.Job.ID] || r.Job.Queue == "" {
+		in := r.Job
+		if in == nil || seen[in.ID] || in.Queue == "" {
 			continue
 		}
-		seen[r.Job.ID] = true
-		in := r.Job
-		cur, err := b.st.Job(in.ID)
-		switch {
-		case errors.Is(err, storage.ErrNotFound):
-			j := *in
-			j.State = storage.StateActive
-			j.QueueTime, j.AwakeTime, j.Deliveries = 0, 0, 0
-			if j.Retry == 0 {
-				j.Nodes = []string{self}
-			} else {
-				j.Nodes, _ = mergeNodes(slices.Clip(in.Nodes), []string{self})
-			}
-			if err := batch.AddReplica(&j, r.Body); err != nil {
-				continue // malformed: the sender's copy requeues after its RETRY
-			}
-			if j.Retry > 0 && (in.Nacks > 0 || in.AdditionalDeliveries > 0) {
-				batch.Postpone(j.ID, 0, in.Nacks, in.AdditionalDeliveries)
-			}
-		case err != nil:
-			b.mu.Unlock()
-			return nil, wrapStore(err)
-		default:
-			if cur.IsDummyAck() || cur.State == storage.StateAcked || cur.State == storage.StateWaitRepl {
-				continue
-			}
-			if merged, grew := mergeNodes(cur.Nodes, in.Nodes); grew && cur.Retry > 0 {
-				batch.SetNodes(cur.ID, merged)
-			}
-			if cur.State != storage.StateActive || cur.Retry == 0 || cur.Delayed() {
-				continue
-			}
-			// The counters the sender counted and this copy has not
-			// heard of yet (a QUEUED still on its way).
-			if dn, dd := sub(in.Nacks, cur.Nacks), sub(in.AdditionalDeliveries, cur.AdditionalDeliveries); dn > 0 || dd > 0 {
-				batch.Postpone(cur.ID, 0, dn, dd)
-			}
+		seen[in.ID] = true
+		j := *in
+		j.State = storage.StateQueued
+		j.AwakeTime, j.Deliveries = 0, 0
+		j.QueueTime = retryTime(now, j.Retry)
+		if j.Retry == 0 {
+			j.Nodes = []string{self}
+		} else {
+			j.Nodes, _ = mergeNodes(slices.Clip(in.Nodes), []string{self})
 		}
-		batch.Queue(in.ID, retryTime(now, in.Retry))
+		if err := adds.AddReplica(&j, r.Body); err != nil {
+			continue // malformed: the sender's copy requeues after its RETRY
+		}
+		sent = append(sent, in)
 	}
-	if batch.Len() == 0 {
+	if adds.Len() == 0 {
 		b.mu.Unlock()
 		return nil, nil
 	}
-	res, pending := b.st.Apply(batch)
 	touched := map[string]*queueState{}
-	for _, r := range res {
+	queued := func(r storage.Result) {
+		q := b.queueLocked(r.Job.Queue, now)
+		q.jobsIn++
+		q.fedLocked(now).imported(from, 1, now)
+		touched[q.name] = q
+		b.queuedLocked(r.Job, now)
+	}
+	res, pending := b.st.Apply(adds)
+	// The new jobs are handed to waiting clients (queued) only once fix
+	// has restored their counters.
+	var added []storage.Result
+	fix := b.st.NewBatch()
+	for k, r := range res {
 		if r.Err != nil {
 			if errUnusable(r.Err) {
 				b.mu.Unlock()
@@ -193,14 +185,51 @@ func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest,
 			}
 			continue
 		}
-		b.syncTimersLocked(r.Job.ID, r.Job)
-		if r.Job.State == storage.StateQueued && (r.Old == nil || r.Old.State != storage.StateQueued) {
-			q := b.queueLocked(r.Job.Queue, now)
-			q.jobsIn++
-			q.fedLocked(now).imported(from, 1, now)
-			touched[q.name] = q
-			b.queuedLocked(r.Job, now)
+		in := sent[k]
+		if r.Old == nil { // new here, and queued
+			b.syncTimersLocked(r.Job.ID, r.Job)
+			if in.Retry > 0 && (in.Nacks > 0 || in.AdditionalDeliveries > 0) {
+				fix.Postpone(in.ID, r.Job.QueueTime, in.Nacks, in.AdditionalDeliveries)
+			}
+			added = append(added, r)
+			continue
 		}
+		cur := r.Old
+		if cur.IsDummyAck() || cur.State == storage.StateAcked || cur.State == storage.StateWaitRepl || cur.Retry == 0 {
+			continue
+		}
+		if merged, grew := mergeNodes(cur.Nodes, in.Nodes); grew {
+			fix.SetNodes(cur.ID, merged)
+		}
+		if cur.State != storage.StateActive || cur.Delayed() {
+			continue
+		}
+		// The counters the sender counted and this copy has not heard of
+		// yet (a QUEUED still on its way).
+		if dn, dd := sub(in.Nacks, cur.Nacks), sub(in.AdditionalDeliveries, cur.AdditionalDeliveries); dn > 0 || dd > 0 {
+			fix.Postpone(cur.ID, 0, dn, dd)
+		}
+		fix.Queue(cur.ID, retryTime(now, cur.Retry))
+	}
+	if fix.Len() > 0 {
+		fres, fpending := b.st.Apply(fix)
+		pending = pending.Join(fpending)
+		for _, r := range fres {
+			if r.Err != nil {
+				if errUnusable(r.Err) {
+					b.mu.Unlock()
+					return nil, wrapStore(r.Err)
+				}
+				continue
+			}
+			b.syncTimersLocked(r.Job.ID, r.Job)
+			if r.Job.State == storage.StateQueued && r.Old.State != storage.StateQueued {
+				queued(r)
+			}
+		}
+	}
+	for _, r := range added {
+		queued(r)
 	}
 	// Empty again: blocked clients took every job just imported.
 	var reqs []NeedJobsRequest

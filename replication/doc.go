@@ -223,8 +223,11 @@
 //     queue.Cluster.NeedJobs): NEEDJOBS (queue, count) to the nodes the
 //     broker names, or to every reachable node (leaving ones included:
 //     that is how a leaving node is drained) for a broadcast; none from a
-//     node that is leaving. A receiver answers only while its link back to
-//     the asker is up: queue.Broker.RemoteNeedJobs takes the jobs
+//     node that is leaving. A receiver answers them off the link's
+//     goroutine, one goroutine per asker at a time (a NEEDJOBS repeated
+//     meanwhile is answered once), so they wait neither for nor behind the
+//     asker's SETACKs and DELJOBs, and only while its link back to the
+//     asker is up: queue.Broker.RemoteNeedJobs takes the jobs
 //     (durably) and one YOURJOBS carries them, with their counters and
 //     node lists, to the asker, which queues them
 //     (queue.Broker.RemoteYourJobs) and sends at once the NEEDJOBS that

@@ -88,6 +88,9 @@ type Jobs struct {
 	closed     bool
 	stats      JobsStats
 
+	// givers: the NEEDJOBS being answered, per asker (jobs_federation.go).
+	givers givers
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -224,6 +227,7 @@ func (j *Jobs) Close() error {
 		<-j.done
 	}
 	j.confirmers.Wait()
+	j.givers.running.Wait()
 	return nil
 }
 

@@ -1,6 +1,10 @@
 package replication
 
-import "github.com/diskque/diskque/queue"
+import (
+	"sync"
+
+	"github.com/diskque/diskque/queue"
+)
 
 // Federation on the bus (CLUSTER.md "Federation"; queue's federation.go
 // paces the asking and federation_remote.go decides what moves):
@@ -77,27 +81,95 @@ func (j *Jobs) selfLeaving() bool {
 	return false
 }
 
-// handleNeedJobs answers a NEEDJOBS with the jobs the broker gives.
+// givers are the NEEDJOBS received and not answered yet, per asker. They
+// are answered off the link's goroutine (giveJobs), so that a NEEDJOBS
+// does not wait behind the SETACKs and DELJOBs the same asker sent before
+// it, each with its own durable write, and those do not wait for it: the
+// next jobs are on their way while the acks of the last ones are applied.
+// Under Jobs.mu; running counts the goroutines, which Close waits for.
+type givers struct {
+	byAsker map[string]*giver
+	running sync.WaitGroup
+}
+
+// giver is one asker's NEEDJOBS waiting: per queue, the largest count
+// asked since the last answer (a NEEDJOBS asked again before it was
+// answered is answered once).
+type giver struct {
+	want map[string]int
+}
+
+// maxNeedJobsPending bounds the queues one asker's NEEDJOBS may wait for
+// (more are dropped: NEEDJOBS is asked again at its pace).
+const maxNeedJobsPending = 1024
+
+// handleNeedJobs records a NEEDJOBS, to be answered by the asker's giver
+// goroutine (started if none runs).
 func (j *Jobs) handleNeedJobs(from string, p []byte) error {
 	name, count, err := decodeNeedJobs(p)
 	if err != nil {
 		return err
 	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return nil
+	}
+	if j.givers.byAsker == nil {
+		j.givers.byAsker = map[string]*giver{}
+	}
+	g := j.givers.byAsker[from]
+	start := g == nil
+	if start {
+		g = &giver{want: map[string]int{}}
+		j.givers.byAsker[from] = g
+		j.givers.running.Add(1)
+		go j.giveJobs(from, g)
+	}
+	if c, ok := g.want[name]; ok || len(g.want) < maxNeedJobsPending {
+		g.want[name] = max(c, count)
+	}
+	return nil
+}
+
+// giveJobs answers one asker's NEEDJOBS until none is waiting: for each
+// queue, while the bus link back is up, the jobs the broker gives go in
+// one YOURJOBS.
+func (j *Jobs) giveJobs(from string, g *giver) {
+	defer j.givers.running.Done()
+	for {
+		j.mu.Lock()
+		want := g.want
+		if len(want) == 0 || j.closed {
+			delete(j.givers.byAsker, from)
+			j.mu.Unlock()
+			return
+		}
+		g.want = map[string]int{}
+		j.mu.Unlock()
+		for name, count := range want {
+			j.give(from, name, count)
+		}
+	}
+}
+
+// give answers one NEEDJOBS with the jobs the broker gives, unless the
+// YOURJOBS could not go (no link back: take nothing).
+func (j *Jobs) give(from, name string, count int) {
 	tr := j.boundTr.Load()
 	if tr == nil || !(*tr).Connected(from) {
-		return nil // the YOURJOBS could not go: take nothing
+		return
 	}
 	jobs, err := j.broker.RemoteNeedJobs(from, name, count)
 	if err != nil {
 		j.log.Warn("replication: NEEDJOBS", "from", from, "queue", name, "err", err)
-		return nil
+		return
 	}
 	if len(jobs) == 0 {
-		return nil
+		return
 	}
 	j.send(from, MsgYourJobs, encodeYourJobs(jobs))
 	j.count(func(s *JobsStats) { s.YourJobsSent += int64(len(jobs)) })
-	return nil
 }
 
 // handleYourJobs queues the jobs another node moved here.
