@@ -252,6 +252,36 @@ func TestYourJobsKeepCtimeAndCounters(t *testing.T) {
 	if got := getOne(t, b, "q"); string(got.Body) != "newer" {
 		t.Fatalf("B's second job: %+v", got)
 	}
+	// A client blocked on B is served the job with its counters too.
+	nacked := addJob(t, a, queue.AddRequest{Queue: "n", Replicate: 1})
+	if nacked.Err != nil {
+		t.Fatal(nacked.Err)
+	}
+	getOne(t, a, "n")
+	if n, err := a.broker.Nack([]string{nacked.ID}, 0); err != nil || n != 1 {
+		t.Fatalf("NACK: %d, %v", n, err)
+	}
+	served := make(chan []queue.Delivered, 1)
+	go func() {
+		got, _ := b.broker.GetJobs(context.Background(), queue.GetRequest{Queues: []string{"n"}, Count: 10, Timeout: 10 * time.Second})
+		served <- got
+	}()
+	eventually(t, "the client blocked on B", func() bool {
+		st, _ := b.broker.QueueStat("n")
+		return st.Blocked == 1
+	})
+	// B's blocking GETJOB asked A already (its NEEDJOBS may have moved
+	// the job by now); if not, move it by hand.
+	give, err = a.broker.RemoteNeedJobs(b.id, "n", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.broker.RemoteYourJobs(a.id, give); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-served; len(got) != 1 || got[0].ID != nacked.ID || got[0].Nacks != 1 {
+		t.Fatalf("the blocked client got %+v, want %s with 1 nack", got, nacked.ID)
+	}
 	// An at-most-once job moved twice to the same node (a YOURJOBS
 	// received again) is queued the first time only.
 	once := a.broker.AddJobs([]queue.AddRequest{{Queue: "z", Body: []byte("once"), TTL: 3600, Replicate: 1}})[0]
