@@ -235,6 +235,10 @@ func TestYourJobsKeepCtimeAndCounters(t *testing.T) {
 	if n, err := a.broker.Nack([]string{d.ID}, 0); err != nil || n != 1 {
 		t.Fatalf("NACK: %d, %v", n, err)
 	}
+	// B's job is younger by its ctime's millisecond (ctimes of two nodes
+	// in the same millisecond would tie, and sort by id).
+	oldCtime := a.job(t, old.ID).CtimeMillis()
+	eventually(t, "the clock to pass the old job's millisecond", func() bool { return time.Now().UnixMilli() > oldCtime })
 	if r := addJob(t, b, queue.AddRequest{Replicate: 1, Body: []byte("newer")}); r.Err != nil {
 		t.Fatal(r.Err)
 	}
@@ -266,9 +270,9 @@ func TestYourJobsKeepCtimeAndCounters(t *testing.T) {
 		got, _ := b.broker.GetJobs(context.Background(), queue.GetRequest{Queues: []string{"n"}, Count: 10, Timeout: 10 * time.Second})
 		served <- got
 	}()
-	eventually(t, "the client blocked on B", func() bool {
+	eventually(t, "the client blocked on B (or served already)", func() bool {
 		st, _ := b.broker.QueueStat("n")
-		return st.Blocked == 1
+		return st.Blocked == 1 || len(served) == 1
 	})
 	// B's blocking GETJOB asked A already (its NEEDJOBS may have moved
 	// the job by now); if not, move it by hand.
