@@ -368,3 +368,43 @@ func TestLeavingNodeAsksNothingAndAnswersLeaving(t *testing.T) {
 	cancel()
 	<-blocked
 }
+
+// TestBlockedGetJobKeepsAsking: a client blocked on B before any node had
+// a job keeps B asking at the broadcast pace (Tick, driven here by a test
+// clock): nothing more within the 4 s after the first broadcast, then one
+// that finds the job added on A meanwhile and brings it to the client.
+func TestBlockedGetJobKeepsAsking(t *testing.T) {
+	clock := newTestClock()
+	c := newTestClusterClock(t, 2, -1, clock.Now)
+	a, b := c.nodes[0], c.nodes[1]
+	c.tickAll(clock) // both know they are clustered
+	served := make(chan []queue.Delivered, 1)
+	go func() {
+		got, _ := b.broker.GetJobs(context.Background(), queue.GetRequest{Queues: []string{"q"}, Count: 1, Timeout: 20 * time.Second})
+		served <- got
+	}()
+	eventually(t, "B's first broadcast", func() bool { return b.jobs.Stats().NeedJobsSent == 1 })
+	if r := addJob(t, a, queue.AddRequest{Replicate: 1}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	for range 4 { // 4 s: inside the pacing
+		clock.Advance(time.Second)
+		c.tickAll(clock)
+	}
+	if n := b.jobs.Stats().NeedJobsSent; n != 1 {
+		t.Fatalf("B sent %d NEEDJOBS within 4 s of the first", n)
+	}
+	if len(served) != 0 || a.broker.QueueLen("q") != 1 {
+		t.Fatalf("the job moved before B asked again")
+	}
+	clock.Advance(100 * time.Millisecond)
+	c.tickAll(clock)
+	select {
+	case got := <-served:
+		if len(got) != 1 {
+			t.Fatalf("the blocked client got %d jobs", len(got))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the blocked client was not served (B sent %d NEEDJOBS)", b.jobs.Stats().NeedJobsSent)
+	}
+}
