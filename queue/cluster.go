@@ -61,6 +61,11 @@ type Cluster interface {
 	// Paused sends a queue's pause state to every other node (PAUSE …
 	// BCAST); they apply it and send it on to nobody.
 	Paused(queue string, p storage.PauseState)
+	// NeedJobs asks other nodes for jobs of queues empty here (NEEDJOBS;
+	// federation.go paces them): each request to its Nodes, or with Nodes
+	// nil to every reachable node. A node that is leaving the cluster
+	// sends none. The jobs arrive through RemoteYourJobs.
+	NeedJobs(reqs []NeedJobsRequest)
 }
 
 // AsyncPlanner is optional for a Cluster (package replication's has it):
@@ -139,6 +144,7 @@ func (loneNode) WillQueue([]*storage.Job)                     {}
 func (loneNode) Queued([]QueuedJob)                           {}
 func (loneNode) Working([]*storage.Job)                       {}
 func (loneNode) Paused(string, storage.PauseState)            {}
+func (loneNode) NeedJobs([]NeedJobsRequest)                   {}
 
 // DefaultReplicate is the REPLICATE of an ADDJOB that gave none:
 // min(3, nodes known, this one included).

@@ -165,6 +165,34 @@
 // keeps its copy, and it is never dequeued by a smaller one, so one stays),
 // and a holder that dies leaves the others' timers running.
 //
+// Federation (federation.go, federation_remote.go). A GETJOB that finds
+// one of its queues empty here plans NEEDJOBS for it under Broker.mu (the
+// queue's federation state: Disque's pacing, its sources and import rate,
+// kept in its queueState, so bounded by the queues known and dropped with
+// the queue by the sweep; time is an argument) and hands them to
+// Cluster.NeedJobs once the lock is released; so do Tick, at most every
+// 25 ms, for the queues blocked clients wait on (recorded when they
+// block), and RemoteYourJobs, which returns them, when the jobs it queued
+// were all taken by waiting clients at once. A queue paused in or out
+// asks nothing, and a GETJOB with GetRequest.Leaving asks nothing and
+// fails with ErrLeaving where it would block. RemoteNeedJobs is the
+// giver: from a queue non-empty, not paused out and not importing (its
+// import rate 0), it delivers up to the count asked (at most half a queue
+// shorter than twice the count, at least 1) in one hold, as GETJOB
+// would — so a RETRY 0 job's delivery is fsynced — not counted as
+// deliveries, adds the asker to each at-least-once job's nodes in the
+// same hold, waits for durability, reads the bodies not yet durable,
+// then deletes the at-most-once ones (already unrequeueable: delivered)
+// and returns them all; an at-least-once one stays active here with its
+// requeue timer. RemoteYourJobs queues what arrives, in one batch and
+// one durability wait: a new job is added (active, its ctime, TTL,
+// RETRY, counters and nodes, this node among them; an at-most-once one
+// with this node alone) and queued; a known active at-least-once copy
+// learns the nodes and counters and is queued; anything else (queued,
+// acked, at-most-once already here) is left as it is, so an at-most-once
+// job is queued once. A consumer is served an imported job only after
+// its add, which precedes its delivery in the log, is durable.
+//
 // # Time
 //
 // Options.Now is the only clock. Run reads it to drive the timers; Tick

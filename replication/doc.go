@@ -241,9 +241,24 @@
 //     queues a copy that is active and undelivered
 //     (queue.Broker.RemoteEnqueue). A lost ENQUEUE leaves the copies to
 //     requeue at their RETRY.
+//   - Federation (jobs_federation.go, jobs_federation_codec.go,
+//     queue.Cluster.NeedJobs): NEEDJOBS (queue, count) to the nodes the
+//     broker names, or to every reachable node (leaving ones included:
+//     that is how a leaving node is drained) for a broadcast; none from a
+//     node that is leaving. A receiver answers them off the link's
+//     goroutine, one goroutine per asker at a time (a NEEDJOBS repeated
+//     meanwhile is answered once), so they wait neither for nor behind the
+//     asker's SETACKs and DELJOBs, and only while its link back to the
+//     asker is up: queue.Broker.RemoteNeedJobs takes the jobs
+//     (durably) and one YOURJOBS carries them, with their counters and
+//     node lists, to the asker, which queues them
+//     (queue.Broker.RemoteYourJobs) and sends at once the NEEDJOBS that
+//     returns. A lost YOURJOBS leaves the giver's at-least-once copies to
+//     requeue after their RETRY; an at-most-once job is then lost, never
+//     delivered twice.
 //
 // Jobs.mu is a leaf: it is never held across a broker call, a Send or a
 // wait. The broker never calls Jobs under its own locks, and Jobs calls the
 // broker only from Replicate's caller, the links' handlers and the
-// ack-retry loop. Not built yet: NEEDJOBS/YOURJOBS (federation).
+// ack-retry loop.
 package replication

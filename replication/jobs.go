@@ -91,6 +91,9 @@ type Jobs struct {
 	closed     bool
 	stats      JobsStats
 
+	// givers: the NEEDJOBS being answered, per asker (jobs_federation.go).
+	givers givers
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -106,6 +109,10 @@ type JobsStats struct {
 	EnqueuesSent, EnqueuesReceived int64
 	BadPayloads                    int64 // messages dropped as malformed
 	PendingAcks, PendingRepl       int   // now
+
+	// Federation (jobs_federation.go): NEEDJOBS messages sent, and jobs
+	// moved by YOURJOBS each way.
+	NeedJobsSent, YourJobsSent, YourJobsReceived int64
 }
 
 // pendingRepl is one job of a Replicate call.
@@ -223,6 +230,7 @@ func (j *Jobs) Close() error {
 		<-j.done
 	}
 	j.confirmers.Wait()
+	j.givers.running.Wait()
 	return nil
 }
 

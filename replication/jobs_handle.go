@@ -62,6 +62,10 @@ func (j *Jobs) Handle(from string, m Message) {
 		}
 	case MsgEnqueue:
 		err = j.handleEnqueue(from, m.Payload)
+	case MsgNeedJobs:
+		err = j.handleNeedJobs(from, m.Payload)
+	case MsgYourJobs:
+		err = j.handleYourJobs(from, m.Payload)
 	}
 	if err != nil {
 		j.count(func(s *JobsStats) { s.BadPayloads++ })

@@ -228,6 +228,7 @@ func cmdGetJob(s *Server, c *call) {
 		ctx, stop = watchPeer(s.ctx, c.conn.NetConn())
 		defer stop()
 	}
+	req.Leaving = s.leaving() // -LEAVING rather than block (Disque)
 	jobs, err := c.broker.GetJobs(ctx, req)
 	if err != nil && ctx.Err() == nil {
 		c.conn.WriteError(errorReply(err))

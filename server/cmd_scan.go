@@ -311,8 +311,8 @@ func cmdQScan(s *Server, c *call) {
 		switch {
 		case haveMin && n < minLen, haveMax && n > maxLen:
 			continue
-		case haveRate && importRate > 0:
-			continue // a lone node imports nothing: its rate is 0
+		case haveRate && c.broker.ImportRate(q.name) < importRate:
+			continue
 		}
 		names = append(names, q.name)
 	}
