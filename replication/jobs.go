@@ -132,6 +132,7 @@ type ackGC struct {
 var (
 	_ queue.Cluster      = (*Jobs)(nil)
 	_ queue.AsyncPlanner = (*Jobs)(nil)
+	_ queue.SyncPlanner  = (*Jobs)(nil)
 )
 
 // self is this node's id: the broker's once Start bound it (CLUSTER RESET
@@ -323,6 +324,7 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 	out := make([]queue.ReplicationResult, len(jobs))
 	wake := make(chan struct{}, 1)
 	reach := j.linkedIDs()
+	self := j.self()
 	prs := make([]*pendingRepl, len(jobs))
 	j.mu.Lock()
 	if j.closed {
@@ -333,8 +335,15 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 		p := &pendingRepl{need: int(r.Job.Repl) - 1, confirmed: map[string]bool{}, wake: wake, external: external}
 		if external {
 			p.need++
+		} else {
+			// The nodes planned when it was stored (SyncNodes) first.
+			for _, n := range r.Job.Nodes {
+				if n != self && len(p.sent) < p.need && !slices.Contains(p.sent, n) {
+					p.sent = append(p.sent, n)
+				}
+			}
 		}
-		p.sent = pick(reach, nil, p.need)
+		p.sent = append(p.sent, pick(reach, p.sent, p.need-len(p.sent))...)
 		p.start, p.added = j.nowMillis(), j.nowMillis()
 		prs[i] = p
 		j.repl[r.Job.ID] = p
@@ -492,6 +501,18 @@ func (j *Jobs) ReplicateAsync(jobs []queue.Replication) [][]string {
 	}
 	j.sendRepl(jobs, nil, nodes, true)
 	return nodes
+}
+
+// SyncNodes implements queue.SyncPlanner: for each count, that many of
+// the nodes whose link is up now, chosen at random, as Replicate chooses
+// a job's first nodes when none were planned.
+func (j *Jobs) SyncNodes(need []int) [][]string {
+	linked := j.linkedIDs()
+	out := make([][]string, len(need))
+	for i, n := range need {
+		out[i] = pick(linked, nil, n)
+	}
+	return out
 }
 
 // AsyncNodes implements queue.AsyncPlanner: up to n reachable nodes,

@@ -1,6 +1,9 @@
 package replication
 
 import (
+	"slices"
+
+	"github.com/diskque/diskque/queue"
 	"testing"
 	"time"
 
@@ -55,5 +58,61 @@ func TestReplJobRunAppliedAsOne(t *testing.T) {
 	})
 	if j, err := b.st.Job(late.Job.ID); err != nil || !j.IsDummyAck() {
 		t.Fatalf("a REPLJOB after the SETACK of its job in the same batch: %+v, %v (want the dummy ack kept)", j, err)
+	}
+}
+
+// TestReplicatePlannedNodesQueueByOneRecord: a synchronous job is stored
+// with the nodes its first REPLJOBs go to (SyncNodes), so once they
+// confirmed, the origin's second commit is one QUEUE record — no node
+// list record — and the job and its copies know the same holders.
+func TestReplicatePlannedNodesQueueByOneRecord(t *testing.T) {
+	c := newTestCluster(t, 4, -1)
+	origin := c.nodes[0]
+	aof := func() int64 { return int64(origin.st.Stats().AOFEnd) }
+	grew := func(f func()) int64 { before := aof(); f(); return aof() - before }
+
+	// The size of one QUEUE record: ENQUEUE of a delayed job of this node alone.
+	delayed := addJob(t, origin, queue.AddRequest{Replicate: 1, Delay: 600})
+	if delayed.Err != nil {
+		t.Fatal(delayed.Err)
+	}
+	queueRecord := grew(func() {
+		if n, err := origin.broker.Enqueue([]string{delayed.ID}); err != nil || n != 1 {
+			t.Fatalf("Enqueue: %d, %v", n, err)
+		}
+	})
+	// An ASYNC add is one ADD record with the same fields and nodes; the
+	// synchronous add should be that and a QUEUE record.
+	asyncAdd := grew(func() {
+		if res := addJob(t, origin, queue.AddRequest{Replicate: 3, Async: true}); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	})
+	var res queue.AddResult
+	syncAdd := grew(func() { res = addJob(t, origin, queue.AddRequest{Replicate: 3, Timeout: 5000}) })
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if extra := syncAdd - asyncAdd; extra <= 0 || extra > queueRecord {
+		t.Fatalf("the synchronous add wrote %d bytes more than the ASYNC one, want at most one QUEUE record (%d bytes)", extra, queueRecord)
+	}
+	j, err := origin.st.Job(res.ID)
+	if err != nil || j.State != storage.StateQueued || len(j.Nodes) != 3 || j.Nodes[0] != origin.id {
+		t.Fatalf("the origin's job: %+v, %v", j, err)
+	}
+	holders := 0
+	for _, nd := range c.nodes[1:] {
+		if cp, err := nd.st.Job(res.ID); err == nil {
+			holders++
+			if !slices.Equal(cp.Nodes, j.Nodes) {
+				t.Fatalf("node %s's copy lists %v, the origin %v", nd.id[:8], cp.Nodes, j.Nodes)
+			}
+			if !slices.Contains(j.Nodes, nd.id) {
+				t.Fatalf("node %s holds a copy but is not in the job's nodes %v", nd.id[:8], j.Nodes)
+			}
+		}
+	}
+	if holders != 2 {
+		t.Fatalf("%d other nodes hold a copy, want 2", holders)
 	}
 }
