@@ -323,16 +323,13 @@ func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.ReplicationResult {
 	out := make([]queue.ReplicationResult, len(jobs))
 	wake := make(chan struct{}, 1)
-	reach := j.linkedIDs()
 	self := j.self()
+	now := j.nowMillis()
 	prs := make([]*pendingRepl, len(jobs))
-	j.mu.Lock()
-	if j.closed {
-		j.mu.Unlock()
-		return out
-	}
+	short := false // a job has fewer planned nodes than it needs
 	for i, r := range jobs {
-		p := &pendingRepl{need: int(r.Job.Repl) - 1, confirmed: map[string]bool{}, wake: wake, external: external}
+		p := &pendingRepl{need: int(r.Job.Repl) - 1, confirmed: map[string]bool{}, wake: wake, external: external,
+			start: now, added: now}
 		if external {
 			p.need++
 		} else {
@@ -343,10 +340,23 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 				}
 			}
 		}
-		p.sent = append(p.sent, pick(reach, p.sent, p.need-len(p.sent))...)
-		p.start, p.added = j.nowMillis(), j.nowMillis()
+		short = short || len(p.sent) < p.need
 		prs[i] = p
-		j.repl[r.Job.ID] = p
+	}
+	var reach []string
+	if short {
+		reach = j.linkedIDs() // the rest at random, as SyncNodes would have
+		for _, p := range prs {
+			p.sent = append(p.sent, pick(reach, p.sent, p.need-len(p.sent))...)
+		}
+	}
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return out
+	}
+	for i, r := range jobs {
+		j.repl[r.Job.ID] = prs[i]
 	}
 	j.mu.Unlock()
 	defer func() {

@@ -9,6 +9,7 @@
 #       REPS runs of each build, alternating, and the medians' ratio (new/old).
 #   CPU=1 (either mode) also prints, on stderr, each run's CPU time per ADDJOB (user+system, µs) of the
 #   origin and of the two replicas: on a machine other work loads, a steadier figure than the ops/s.
+#   INFO=1 prints the origin's INFO cluster after the run (messages and jobs sent: REPLJOB batching).
 set -u
 cmd=$1; shift
 run() {
@@ -46,6 +47,7 @@ while True:
   local before; before=$(cpu)
   redis-benchmark -p ${P[0]} -c 50 -n ${N:-100000} -P $pipe --csv ADDJOB q "$body" 0 REPLICATE $repl ${EXTRA:-} 2>/dev/null |
     tail -1 | cut -d, -f2 | tr -d '"'
+  [ -n "${INFO:-}" ] && redis-cli -p ${P[0]} info cluster >&2
   if [ -n "${CPU:-}" ]; then
     echo "$before $(cpu)" | awk -v n=${N:-100000} -v hz=$(getconf CLK_TCK) -v bin="$bin" \
       '{printf "cpu us/job %s: origin %.1f replicas %.1f %.1f\n", bin, ($6-$2)*1e6/hz/n, ($7-$3)*1e6/hz/n, ($8-$4)*1e6/hz/n}' >&2
