@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"errors"
 	"slices"
 
 	"github.com/diskque/diskque/queue"
@@ -114,5 +115,59 @@ func TestReplicatePlannedNodesQueueByOneRecord(t *testing.T) {
 	}
 	if holders != 2 {
 		t.Fatalf("%d other nodes hold a copy, want 2", holders)
+	}
+}
+
+// deletingCluster is the real job protocol whose Replicate deletes each
+// job here once its copies are confirmed and before it returns: a DELJOB
+// (or the TTL) that takes a wait-repl job while its ADDJOB waits.
+type deletingCluster struct {
+	*Jobs
+	broker *queue.Broker
+}
+
+func (d *deletingCluster) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
+	res := d.Jobs.Replicate(jobs)
+	for _, r := range jobs {
+		d.broker.DelJob([]string{r.Job.ID})
+	}
+	return res
+}
+
+// TestReplicatePlannedJobGoneMeanwhileFails: a planned synchronous job
+// (queued by its QUEUE record alone) that is gone when its replication
+// ends fails with ErrReplTimeout, as one recorded by NODES + QUEUE did —
+// never an id for a job that is not there.
+func TestReplicatePlannedJobGoneMeanwhileFails(t *testing.T) {
+	c := newTestCluster(t, 3, -1)
+	nd := c.nodes[0]
+	c.close(nd)
+	opts := storage.TestingOptions()
+	opts.Logger = quietLog()
+	st, err := storage.Open(nd.dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd.st = st
+	if nd.jobs, err = NewJobs(JobsConfig{ID: nd.id, Peers: staticPeers{c, nd.id}, Logger: quietLog(), AckRetryTick: c.ackTick}); err != nil {
+		t.Fatal(err)
+	}
+	dc := &deletingCluster{Jobs: nd.jobs}
+	nd.tr = c.net.JoinBatch(nd.id, nd.jobs.HandleBatch)
+	if nd.broker, err = queue.New(queue.Options{Store: st, Cluster: dc, Logger: quietLog()}); err != nil {
+		t.Fatal(err)
+	}
+	dc.broker = nd.broker
+	go nd.broker.Run()
+	c.setPeers()
+	if err := nd.jobs.Start(nd.broker, nd.tr); err != nil {
+		t.Fatal(err)
+	}
+	res := addJob(t, nd, queue.AddRequest{Replicate: 3, Timeout: 5000})
+	if !errors.Is(res.Err, queue.ErrReplTimeout) {
+		t.Fatalf("ADDJOB of a job deleted during its replication: %+v, want ErrReplTimeout", res)
+	}
+	if n := nd.st.Stats().Jobs; n != 0 {
+		t.Fatalf("the origin holds %d jobs", n)
 	}
 }
