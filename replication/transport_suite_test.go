@@ -194,7 +194,9 @@ func suiteBatchedDelivery(t *testing.T, h suiteHarness) {
 	for i := 1; i < n; i++ {
 		suiteSend(t, a, "node-b", suiteSeq(i))
 	}
-	suiteWaitUntil(t, "the messages sent", func() bool { return a.Stats().MessagesSent >= n })
+	// Some of them written (not all: a link may not buffer 2000 while the
+	// receiver is held), then the receiver goes on.
+	suiteWaitUntil(t, "messages sent", func() bool { return a.Stats().MessagesSent >= 200 })
 	close(release)
 	suiteCheckSeq(t, rb.waitFor(t, "node-a", n), 0)
 	mu.Lock()
