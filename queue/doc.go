@@ -95,12 +95,16 @@
 // call (so pipelined ADDJOBs share REPLJOB messages as they share a group
 // commit); then, under Broker.mu again, each confirmed job gets its nodes
 // (storage's NODES record: wait-repl → active) and is queued, or left for
-// its DELAY; one not confirmed by min(ms-timeout, TTL) fails its ADDJOB
-// with ErrReplTimeout and is deleted here — or, if a copy was sent,
-// acked here with its node list and handed to Cluster.Acked, whose
-// collection (retried, resumed after a restart) deletes every copy and
-// then it: a copy left alive would be requeued, a failed job delivered. Fewer than n−1 reachable peers at the start is ErrNoRepl,
-// and nothing is stored. An ASYNC job's node list must be stored before a
+// its DELAY. With a cluster that is a SyncPlanner (replication's), the
+// nodes its first REPLJOBs go to are chosen before the round takes
+// Broker.mu and the job is stored in wait-repl with them: confirmed by
+// those, it is queued by its QUEUE record alone (no NODES). One not
+// confirmed by min(ms-timeout, TTL) fails its ADDJOB with ErrReplTimeout
+// and is deleted here — or, if a copy was sent, acked here with its node
+// list and handed to Cluster.Acked, whose collection (retried, resumed
+// after a restart) deletes every copy and then it: a copy left alive
+// would be requeued, a failed job delivered. Fewer than n−1 reachable
+// peers at the start is ErrNoRepl, and nothing is stored. An ASYNC job's node list must be stored before a
 // consumer can see it: queued while its list said no other node held it,
 // it could be taken and acked and its copies never collected. With a
 // cluster that is an AsyncPlanner (replication's), its nodes are chosen
@@ -212,7 +216,9 @@
 // durability wait. Head and Wheel are not safe for concurrent use;
 // the broker guards them. Concurrent AddJobs calls are merged: the calls
 // waiting while one round is applied become the next round, one store batch
-// of up to 1024 jobs (add.go, addCombiner); a call returns only once its own
+// of up to 1024 jobs (add.go, addCombiner), and a call that finds no round
+// running yields once (runtime.Gosched) before it leads one, so the adds
+// other connections are about to make join it; a call returns only once its own
 // jobs are durable, so the merge changes batching, never what a client is
 // told.
 package queue

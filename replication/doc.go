@@ -107,7 +107,12 @@
 // true while the sending link to id is handshaken and not broken. An
 // acceptor keeps one reader per peer: a new link from the same node closes
 // the old one and waits for its reader, so the Handler sees one peer's
-// messages from one goroutine, in order.
+// messages from one goroutine, in order. With a BatchHandler
+// (TCPConfig.BatchHandler; MemNetwork.JoinBatch) the reader hands over,
+// with each frame, the frames already whole in its read buffer — at most
+// 256, no more once 1 MiB of payload is taken, never waiting for more —
+// so a receiver can apply a run of them as one; a malformed frame among
+// them ends the link after the good ones before it are delivered.
 //
 // Send copies the message onto the link's queue (never waiting for the
 // network: it may be called under the broker's locks); the link's writer
@@ -178,7 +183,11 @@
 //     whose bus link is up (Transport.Connected: Disque's "no link, no
 //     party"), chosen at random, one message per node carrying every job
 //     of the broker's add batch it gets; each job's node list is the
-//     origin and the nodes it was sent to. Every 50 ms while a job is
+//     origin and the nodes it was sent to. Jobs is a queue.SyncPlanner:
+//     SyncNodes chooses those first nodes before the origin stores the
+//     job, so it is stored (wait-repl) with them, and once they confirmed
+//     one QUEUE record queues it (a node added later is recorded by a
+//     node-list record as before). Every 50 ms while a job is
 //     short, the REPLJOB again to the nodes that did not answer (so a node
 //     whose link came back gets it), and one more node once the answers
 //     are late: after max(50 ms, twice the average REPLJOB round trip),
@@ -189,7 +198,12 @@
 //     a per-sender confirmer waits for their durability per its fsync
 //     policy and answers GOTJOB for every REPLJOB applied meanwhile in one
 //     message (the link goes on applying: the REPLJOBs share the AOF
-//     write; Close waits for the confirmers). At the job's deadline the
+//     write; Close waits for the confirmers). Consecutive REPLJOBs a link
+//     read together (HandleBatch, the daemon's BatchHandler) are applied
+//     as one ReplicaApply: one store commit, one entry for the confirmer;
+//     a malformed one among them is dropped alone, a refused copy gets no
+//     GOTJOB alone. No GOTJOB is sent for a copy before its durability
+//     wait returned. At the job's deadline the
 //     broker acks a job sent anywhere (its node list recorded) and Acked
 //     collects it: SETACK until every node it was sent to confirmed, then
 //     DELJOB, retried and resumed after a restart like any ack — one

@@ -142,6 +142,7 @@ type ackGC struct {
 var (
 	_ queue.Cluster      = (*Jobs)(nil)
 	_ queue.AsyncPlanner = (*Jobs)(nil)
+	_ queue.SyncPlanner  = (*Jobs)(nil)
 )
 
 // self is this node's id: the broker's once Start bound it (CLUSTER RESET
@@ -334,22 +335,40 @@ func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.ReplicationResult {
 	out := make([]queue.ReplicationResult, len(jobs))
 	wake := make(chan struct{}, 1)
-	reach := j.linkedIDs()
+	self := j.self()
+	now := j.nowMillis()
 	prs := make([]*pendingRepl, len(jobs))
+	short := false // a job has fewer planned nodes than it needs
+	for i, r := range jobs {
+		p := &pendingRepl{need: int(r.Job.Repl) - 1, confirmed: map[string]bool{}, wake: wake, external: external,
+			start: now, added: now}
+		if external {
+			p.need++
+		} else {
+			// The nodes planned when it was stored (SyncNodes) first.
+			for _, n := range r.Job.Nodes {
+				if n != self && len(p.sent) < p.need && !slices.Contains(p.sent, n) {
+					p.sent = append(p.sent, n)
+				}
+			}
+		}
+		short = short || len(p.sent) < p.need
+		prs[i] = p
+	}
+	var reach []string
+	if short {
+		reach = j.linkedIDs() // the rest at random, as SyncNodes would have
+		for _, p := range prs {
+			p.sent = append(p.sent, pick(reach, p.sent, p.need-len(p.sent))...)
+		}
+	}
 	j.mu.Lock()
 	if j.closed {
 		j.mu.Unlock()
 		return out
 	}
 	for i, r := range jobs {
-		p := &pendingRepl{need: int(r.Job.Repl) - 1, confirmed: map[string]bool{}, wake: wake, external: external}
-		if external {
-			p.need++
-		}
-		p.sent = pick(reach, nil, p.need)
-		p.start, p.added = j.nowMillis(), j.nowMillis()
-		prs[i] = p
-		j.repl[r.Job.ID] = p
+		j.repl[r.Job.ID] = prs[i]
 	}
 	j.mu.Unlock()
 	defer func() {
@@ -510,6 +529,18 @@ func (j *Jobs) ReplicateAsync(jobs []queue.Replication) [][]string {
 	}
 	j.sendRepl(jobs, nil, nodes, true)
 	return nodes
+}
+
+// SyncNodes implements queue.SyncPlanner: for each count, that many of
+// the nodes whose link is up now, chosen at random, as Replicate chooses
+// a job's first nodes when none were planned.
+func (j *Jobs) SyncNodes(need []int) [][]string {
+	linked := j.linkedIDs()
+	out := make([][]string, len(need))
+	for i, n := range need {
+		out[i] = pick(linked, nil, n)
+	}
+	return out
 }
 
 // AsyncNodes implements queue.AsyncPlanner: up to n reachable nodes,

@@ -117,7 +117,7 @@ func (c *testCluster) open(nd *jobsNode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nd.tr = c.net.Join(nd.id, nd.jobs.Handle)
+	nd.tr = c.net.JoinBatch(nd.id, nd.jobs.HandleBatch) // as the daemon delivers them
 	nd.broker, err = queue.New(queue.Options{Store: st, Cluster: nd.jobs, Logger: quietLog(), Now: c.now})
 	if err != nil {
 		t.Fatal(err)

@@ -62,15 +62,17 @@ func listenBus(cfg config, log *slog.Logger) (*clusterBus, error) {
 	return &clusterBus{log: log, mux: mux}, nil
 }
 
-// busHandler hands the job messages of the bus to the job protocol of the
-// current broker; while there is none (a store reopening) they are
-// dropped, and the protocol's retries send again what matters.
-func (b *clusterBus) busHandler(from string, m replication.Message) {
+// busBatchHandler hands the job messages of the bus, as each link read
+// them together, to the job protocol of the current broker (which applies
+// consecutive REPLJOBs as one: Jobs.HandleBatch); while there is none (a
+// store reopening) they are dropped, and the protocol's retries send again
+// what matters.
+func (b *clusterBus) busBatchHandler(from string, ms []replication.Message) {
 	if j := b.jobs.Load(); j != nil {
-		j.Handle(from, m)
+		j.HandleBatch(from, ms)
 		return
 	}
-	b.log.Debug("cluster bus: message dropped: no broker", "from", from, "type", int(m.Type))
+	b.log.Debug("cluster bus: messages dropped: no broker", "from", from, "messages", len(ms))
 }
 
 // Nodes implements replication.Peers: membership's, or nothing before it
@@ -200,7 +202,7 @@ func (c clusterControl) ResetNodeID(newID string) error {
 // in dir) and serves the bus port.
 func (b *clusterBus) start(cfg config, id, dir string, clientPort int) error {
 	tr, err := replication.NewTCPTransport(replication.TCPConfig{
-		ID: id, Mux: b.mux, Secret: cfg.ClusterSecret, Handler: b.busHandler, Logger: b.log,
+		ID: id, Mux: b.mux, Secret: cfg.ClusterSecret, BatchHandler: b.busBatchHandler, Logger: b.log,
 		SourceAddr: cfg.sourceAddr(),
 	})
 	if err != nil {
