@@ -203,7 +203,11 @@
 //     as one ReplicaApply: one store commit, one entry for the confirmer;
 //     a malformed one among them is dropped alone, a refused copy gets no
 //     GOTJOB alone. No GOTJOB is sent for a copy before its durability
-//     wait returned. At the job's deadline the
+//     wait returned. While JobsConfig.RefuseCopies gives a reason (the
+//     daemon's: leaving, or memory or disk short), every REPLJOB is
+//     dropped unapplied and unanswered, as Disque drops them when leaving
+//     or over its memory warning level: the origin's next round goes to
+//     another node. At the job's deadline the
 //     broker acks a job sent anywhere (its node list recorded) and Acked
 //     collects it: SETACK until every node it was sent to confirmed, then
 //     DELJOB, retried and resumed after a restart like any ack — one

@@ -42,6 +42,12 @@ type JobsConfig struct {
 	// again (RetryAcks). Default 100 ms; negative: no loop (tests call
 	// RetryAcks with their own time).
 	AckRetryTick time.Duration
+	// RefuseCopies, if set, says why this node takes no copies of other
+	// nodes' jobs now ("" = it takes them): the daemon's is leaving, or
+	// memory or disk short (Disque drops a REPLJOB when it is leaving or
+	// over its memory warning level). A refused REPLJOB gets no GOTJOB,
+	// so its sender goes on to another node at its next round.
+	RefuseCopies func() string
 }
 
 // Ack collection's retry: 1 s doubling to 180 s, ± 500 ms (Disque's
@@ -108,6 +114,7 @@ type JobsStats struct {
 	// ENQUEUEs of external replication (jobs_external.go), in jobs.
 	EnqueuesSent, EnqueuesReceived int64
 	BadPayloads                    int64 // messages dropped as malformed
+	CopiesRefused                  int64 // REPLJOB copies dropped: RefuseCopies
 	PendingAcks, PendingRepl       int   // now
 
 	// Federation (jobs_federation.go): NEEDJOBS messages sent, and jobs

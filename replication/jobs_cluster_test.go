@@ -67,6 +67,9 @@ type testCluster struct {
 	ids     []string
 	down    map[string]bool
 	leaving map[string]bool // CLUSTER LEAVING yes (jobs_federation_test.go)
+	// refusing: why a node refuses copies (JobsConfig.RefuseCopies;
+	// jobs_refuse_test.go), "" or absent when it takes them.
+	refusing map[string]string
 }
 
 func newTestCluster(t *testing.T, n int, ackTick time.Duration) *testCluster {
@@ -113,7 +116,14 @@ func (c *testCluster) open(nd *jobsNode) {
 		c.ids = append(c.ids, nd.id)
 	}
 	c.mu.Unlock()
-	nd.jobs, err = NewJobs(JobsConfig{ID: nd.id, Peers: staticPeers{c, nd.id}, Logger: quietLog(), AckRetryTick: c.ackTick, Now: c.now})
+	id := nd.id
+	refuse := func() string {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.refusing[id]
+	}
+	nd.jobs, err = NewJobs(JobsConfig{ID: nd.id, Peers: staticPeers{c, nd.id}, Logger: quietLog(), AckRetryTick: c.ackTick, Now: c.now,
+		RefuseCopies: refuse})
 	if err != nil {
 		t.Fatal(err)
 	}

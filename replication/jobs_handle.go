@@ -142,9 +142,17 @@ func (j *Jobs) handleReplJob(from string, p []byte) error {
 
 // applyReplJobs applies copies in one ReplicaApply and hands the ids of
 // those applied whose REPLJOB wants an answer to the sender's confirmer.
+// While RefuseCopies gives a reason, none is applied.
 func (j *Jobs) applyReplJobs(from string, jobs []replJob, noReply []bool) {
 	if len(jobs) == 0 {
 		return
+	}
+	if j.cfg.RefuseCopies != nil {
+		if why := j.cfg.RefuseCopies(); why != "" {
+			j.count(func(s *JobsStats) { s.CopiesRefused += int64(len(jobs)) })
+			j.log.Debug("replication: copies refused", "from", from, "jobs", len(jobs), "why", why)
+			return
+		}
 	}
 	reps := make([]queue.Replica, len(jobs))
 	for i, r := range jobs {

@@ -44,6 +44,25 @@ func (s *Server) addJobPressure(b *queue.Broker) (queue.External, string) {
 	return queue.ExternalNo, ""
 }
 
+// RefusesCopies returns why this node takes no copies of other nodes' jobs
+// now, or "" when it takes them (the job protocol's RefuseCopies): it is
+// leaving, or over 75 % of maxmemory or under twice min-free-disk — the
+// conditions under which its own ADDJOBs keep no copy here either. Disque
+// drops a REPLJOB when it is leaving or over its memory warning level; a
+// node short of disk does the same rather than fail the copy's write.
+func (s *Server) RefusesCopies() string {
+	g := &s.guard
+	switch {
+	case s.leaving():
+		return "leaving"
+	case g.noSpace.Load() || g.diskLow.Load():
+		return "disk short"
+	case g.oom.Load() || g.memHigh.Load():
+		return "memory short"
+	}
+	return ""
+}
+
 // leaving reports whether this node is leaving the cluster (CLUSTER
 // LEAVING yes).
 func (s *Server) leaving() bool {

@@ -45,6 +45,9 @@ type clusterBus struct {
 	jobs       atomic.Pointer[replication.Jobs]
 	jobsBroker *queue.Broker // the broker of jobs, until start can Start it
 	started    bool          // start ran: the transport exists
+	// refuseCopies is the server's RefusesCopies, set before the first
+	// store opens: no copies of other nodes' jobs while it says why.
+	refuseCopies func() string
 }
 
 // listenBus listens on the bus port: where bind says, on cluster-bus-port
@@ -95,7 +98,7 @@ func (b *clusterBus) Reachable() []replication.NodeInfo {
 // newJobs returns the job protocol for a broker about to be made over a
 // store of node id.
 func (b *clusterBus) newJobs(id string) (*replication.Jobs, error) {
-	return replication.NewJobs(replication.JobsConfig{ID: id, Peers: b, Logger: b.log})
+	return replication.NewJobs(replication.JobsConfig{ID: id, Peers: b, Logger: b.log, RefuseCopies: b.refuseCopies})
 }
 
 // attachJobs makes j, the protocol of broker, the one the bus feeds, and
@@ -162,6 +165,7 @@ func (c clusterControl) InfoLines() []string {
 		kv("cluster_enqueues_sent", s.EnqueuesSent),
 		kv("cluster_enqueues_received", s.EnqueuesReceived),
 		kv("cluster_bad_payloads", s.BadPayloads),
+		kv("cluster_copies_refused", s.CopiesRefused),
 	}
 }
 

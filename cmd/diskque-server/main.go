@@ -173,6 +173,7 @@ func run(cfg config) error {
 	}
 	n := newNode(dir, sopts, gcOpts, srv, log)
 	n.bus = bus
+	bus.refuseCopies = srv.RefusesCopies
 	// The server gets the broker once the bus runs (publish, below):
 	// commands sent meanwhile wait for it (loadingWait), and none runs on a
 	// broker whose job protocol cannot replicate yet.
