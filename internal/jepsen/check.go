@@ -22,8 +22,18 @@ const (
 	// hold an acked job delivered it.
 	DeliveredAfterGone Rule = "delivered-after-ack-completed"
 	// NotCollected: a node still holds an acked job after the drain and
-	// the wait for ack GC.
+	// the wait for ack GC. Acked means an ACKJOB (not FASTACK: its DELJOB
+	// is best effort) that replied, on a node that knew the job (reply 1)
+	// or for an at-least-once id (Disque makes a dummy ack for one it does
+	// not know and searches the cluster for its holders; an ACKJOB of an
+	// unknown at-most-once id does nothing).
 	NotCollected Rule = "not-collected"
+	// LeftoverDummy: a node still holds a dummy ack (an acked placeholder
+	// without a body) of an acked job after the drain and the wait for ack
+	// GC. Not a copy that can be delivered, but state ack GC should have
+	// cleared: shared/CLUSTER.md keeps dummy acks only while a late
+	// REPLJOB may come.
+	LeftoverDummy Rule = "leftover-dummy-ack"
 	// WrongBody: a delivered job's id and body do not belong to the same
 	// ADDJOB (a body no ADDJOB sent, or an id its ADDJOB did not reply).
 	WrongBody Rule = "wrong-body"
@@ -121,18 +131,18 @@ func Check(h History) []Violation {
 		}
 	}
 	// Acked jobs: seen gone, then delivered; or held at the end.
-	acked := map[string]bool{}
+	acked := Acked(h)
 	gone := map[string]time.Duration{}
 	for _, e := range h {
 		switch {
-		case e.Kind == Ack && e.Outcome == OK:
-			acked[e.ID] = true
 		case e.Kind == Gone:
 			if t, ok := gone[e.ID]; !ok || e.End < t {
 				gone[e.ID] = e.End
 			}
 		}
 	}
+	holders := map[string][]string{} // acked id → nodes that still hold a copy
+	dummies := map[string][]string{} // acked id → nodes that still hold a dummy ack
 	for _, e := range h {
 		switch e.Kind {
 		case Get:
@@ -144,11 +154,26 @@ func Check(h History) []Violation {
 				}
 			}
 		case Holds:
-			if acked[e.ID] {
-				out = append(out, Violation{Rule: NotCollected, ID: e.ID, Body: bodyOf[e.ID],
-					Detail: fmt.Sprintf("%s still holds it after the drain and the wait for ack GC (%s)", NodeName(e.Node), e.Detail)})
+			switch {
+			case acked[e.ID] && e.Dummy:
+				dummies[e.ID] = append(dummies[e.ID], NodeName(e.Node))
+			case acked[e.ID]:
+				holders[e.ID] = append(holders[e.ID], NodeName(e.Node)+" "+e.Detail)
 			}
 		}
+	}
+	for id, hs := range holders {
+		slices.Sort(hs)
+		out = append(out, Violation{Rule: NotCollected, ID: id, Body: bodyOf[id],
+			Detail: "after the drain and the wait for ack GC, still held by " + strings.Join(hs, ", ")})
+	}
+	for id, ns := range dummies {
+		if holders[id] != nil {
+			continue // reported as not collected
+		}
+		slices.Sort(ns)
+		out = append(out, Violation{Rule: LeftoverDummy, ID: id, Body: bodyOf[id],
+			Detail: "after the drain and the wait for ack GC, a dummy ack is left on " + strings.Join(ns, ", ")})
 	}
 	slices.SortFunc(out, func(a, b Violation) int {
 		if c := strings.Compare(string(a.Rule), string(b.Rule)); c != 0 {
@@ -160,6 +185,38 @@ func Check(h History) []Violation {
 		return strings.Compare(a.Detail, b.Detail)
 	})
 	return out
+}
+
+// Acked is the ids of h's jobs that ack GC must delete from every node: an
+// ACKJOB replied on a node that knew the job, or for an at-least-once id
+// (see NotCollected).
+func Acked(h History) map[string]bool {
+	out := map[string]bool{}
+	for _, e := range h {
+		if e.Kind == Ack && e.Outcome == OK && e.Detail != "FASTACK" && (e.Known > 0 || AtLeastOnceID(e.ID)) {
+			out[e.ID] = true
+		}
+	}
+	return out
+}
+
+// AtLeastOnceID reports whether a job id is of an at-least-once job: the
+// last hex digit of its TTL field (the id's last four) is odd (SPEC.md).
+func AtLeastOnceID(id string) bool {
+	if id == "" {
+		return false
+	}
+	d := id[len(id)-1]
+	var v byte
+	switch {
+	case d >= '0' && d <= '9':
+		v = d - '0'
+	case d >= 'a' && d <= 'f':
+		v = d - 'a' + 10
+	default:
+		return false
+	}
+	return v&1 == 1
 }
 
 func asyncWord(async bool) string {

@@ -22,7 +22,12 @@ func get(start, end float64, node int, jobs ...Delivered) Event {
 }
 
 func ack(start, end float64, node int, id string, out Outcome) Event {
-	return Event{Process: "c1", Node: node, Kind: Ack, Outcome: out, Start: s(start), End: s(end), ID: id}
+	return Event{Process: "c1", Node: node, Kind: Ack, Outcome: out, Start: s(start), End: s(end), ID: id,
+		Detail: "ACKJOB", Known: 1}
+}
+
+func holds(node int, id string) Event {
+	return Event{Process: "final", Node: node, Kind: Holds, Outcome: OK, Start: s(9), End: s(9), ID: id, Detail: "state acked"}
 }
 
 func kill(at float64, nodes ...int) Event {
@@ -80,7 +85,8 @@ func TestCheckFindsEachViolation(t *testing.T) {
 		{"RETRY 0 delivered twice", []Event{get(3, 3.1, 4, Delivered{"D-b", "b"})}, Duplicated, "b"},
 		{"indeterminate RETRY 0 delivered twice", []Event{get(3, 3.1, 1, Delivered{"D-d", "d"})}, Duplicated, "d"},
 		{"delivered after it was seen gone", []Event{get(1.65, 1.8, 2, Delivered{"D-a", "a"})}, DeliveredAfterGone, "a"},
-		{"acked job held after GC", []Event{{Process: "final", Node: 3, Kind: Holds, Outcome: OK, Start: s(9), End: s(9), ID: "D-a", Detail: "acked"}}, NotCollected, "a"},
+		{"acked job held after GC", []Event{holds(3, "D-a"), holds(1, "D-a")}, NotCollected, "a"},
+		{"dummy ack left after GC", []Event{func() Event { e := holds(2, "D-a"); e.Dummy = true; return e }()}, LeftoverDummy, "a"},
 		{"body no ADDJOB sent", []Event{get(3, 3.1, 0, Delivered{"D-x", "x"})}, WrongBody, "x"},
 		{"body under another id", []Event{get(3, 3.1, 0, Delivered{"D-z", "a"})}, WrongBody, "a"},
 	}
@@ -113,6 +119,36 @@ func TestCheckFindsEachViolation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Only an ACKJOB that took effect makes a job acked for NotCollected: not
+// a FASTACK (best effort), not an ACKJOB of an at-most-once id a node did
+// not know (Disque does nothing then), not one without a reply.
+func TestNotCollectedOnlyForAcksThatTookEffect(t *testing.T) {
+	unknownAck := ack(1, 1.1, 3, "D-b0", OK)
+	unknownAck.Known = 0
+	fast := ack(1, 1.1, 3, "D-c0", OK)
+	fast.Detail = "FASTACK"
+	dummy := ack(1, 1.1, 3, "D-d1", OK) // at-least-once id unknown there: a dummy ack
+	dummy.Known = 0
+	h := history(unknownAck, fast, ack(1, 1.2, 2, "D-e1", Maybe), dummy,
+		holds(0, "D-b0"), holds(0, "D-c0"), holds(0, "D-e1"), holds(0, "D-d1"))
+	vs := Check(h)
+	if len(vs) != 1 || vs[0].Rule != NotCollected || vs[0].ID != "D-d1" {
+		t.Fatalf("Check = %v, want one not-collected, of D-d1", vs)
+	}
+	if !strings.Contains(vs[0].Detail, "n1 state acked") {
+		t.Errorf("the violation does not name the holder: %v", vs[0])
+	}
+}
+
+func TestAtLeastOnceID(t *testing.T) {
+	for id, want := range map[string]bool{"D-12345678-ABCDEFGHIJKLMNOPQRSTUVWX-05a1": true,
+		"D-12345678-ABCDEFGHIJKLMNOPQRSTUVWX-05a0": false, "D-x-000f": true, "D-x-000e": false, "": false, "D-x-000Z": false} {
+		if got := AtLeastOnceID(id); got != want {
+			t.Errorf("AtLeastOnceID(%q) = %v", id, got)
+		}
 	}
 }
 

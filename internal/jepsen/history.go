@@ -27,7 +27,8 @@ const (
 	// be delivered again.
 	Gone Kind = "gone"
 	// Holds is the final scan's observation that Node still holds ID (the
-	// acked job's copy GC did not delete).
+	// acked job's copy GC did not delete); Dummy when what it holds is a
+	// bodiless acked placeholder (a dummy ack), not a copy.
 	Holds Kind = "holds"
 	// Kill, Start, Partition and Heal are nemesis events: Nodes lists
 	// the nodes, Detail the rest (partition groups).
@@ -68,6 +69,10 @@ type Event struct {
 	Async     bool
 	// Add (the reply), Ack, Gone, Holds
 	ID string
+	// Ack: the reply, how many of its ids the node knew and had not acked
+	Known int64
+	// Holds: a dummy ack rather than a copy of the job
+	Dummy bool
 	// Get
 	Jobs []Delivered
 	// Nemesis events
@@ -127,8 +132,19 @@ func (e Event) String() string {
 		for _, d := range e.Jobs {
 			fmt.Fprintf(&b, " [%s %s]", d.ID, d.Body)
 		}
-	case Ack, Gone, Holds:
+	case Ack:
+		fmt.Fprintf(&b, " %s %s", e.Detail, e.ID)
+		if e.Outcome == OK {
+			fmt.Fprintf(&b, " -> %d", e.Known)
+		}
+	case Gone, Holds:
 		fmt.Fprintf(&b, " %s", e.ID)
+		if e.Dummy {
+			b.WriteString(" dummy-ack")
+		}
+		if e.Detail != "" {
+			fmt.Fprintf(&b, " %s", e.Detail)
+		}
 	default:
 		names := make([]string, len(e.Nodes))
 		for i, n := range e.Nodes {

@@ -19,11 +19,32 @@ const NemesisContext = 5 * time.Second
 // around the job show. Nemesis events never decide a rule, so they are
 // context, not part of the search.
 func Shrink(h History, v Violation) History {
+	mine := jobEvents(h, v)
+	if !breaks(mine, v) {
+		// Cannot happen for the rules Check has (each is about one job);
+		// keep the whole of the job's events rather than a wrong shrink.
+		return withContext(h, mine)
+	}
+	for i := 0; i < len(mine); {
+		try := slices.Delete(slices.Clone(mine), i, i+1)
+		if breaks(try, v) {
+			mine = try
+			continue
+		}
+		i++
+	}
+	return withContext(h, mine)
+}
+
+// JobEvents is every event of v's job (by its body and every id it had),
+// with no nemesis context.
+func JobEvents(h History, v Violation) History { return jobEvents(h, v).Sorted() }
+
+func jobEvents(h History, v Violation) History {
 	ids := map[string]bool{}
 	if v.ID != "" {
 		ids[v.ID] = true
 	}
-	// Every id the body was delivered or added under belongs to the job.
 	for _, e := range h {
 		if v.Body != "" && e.Kind == Add && e.Body == v.Body && e.ID != "" {
 			ids[e.ID] = true
@@ -50,20 +71,7 @@ func Shrink(h History, v Violation) History {
 			}
 		}
 	}
-	if !breaks(mine, v) {
-		// Cannot happen for the rules Check has (each is about one job);
-		// keep the whole of the job's events rather than a wrong shrink.
-		return withContext(h, mine)
-	}
-	for i := 0; i < len(mine); {
-		try := slices.Delete(slices.Clone(mine), i, i+1)
-		if breaks(try, v) {
-			mine = try
-			continue
-		}
-		i++
-	}
-	return withContext(h, mine)
+	return mine
 }
 
 // breaks reports whether Check finds v (same rule, same job) in h.
@@ -108,7 +116,7 @@ func Report(seed uint64, h History, vs []Violation, max int) string {
 		byRule[v.Rule]++
 	}
 	fmt.Fprintf(&b, "%d violations:", len(vs))
-	for _, r := range []Rule{Lost, Duplicated, DeliveredAfterGone, NotCollected, WrongBody} {
+	for _, r := range []Rule{Lost, Duplicated, DeliveredAfterGone, NotCollected, LeftoverDummy, WrongBody} {
 		if byRule[r] > 0 {
 			fmt.Fprintf(&b, " %s %d", r, byRule[r])
 		}
@@ -120,6 +128,9 @@ func Report(seed uint64, h History, vs []Violation, max int) string {
 			break
 		}
 		fmt.Fprintf(&b, "\n%s\nsmallest history (reproduce with -jepsen.seed=%d):\n%s", v, seed, Shrink(h, v))
+		if all := JobEvents(h, v); len(all) <= 30 {
+			fmt.Fprintf(&b, "all of the job's events:\n%s", all)
+		}
 	}
 	return b.String()
 }

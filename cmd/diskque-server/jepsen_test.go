@@ -1,0 +1,568 @@
+package main
+
+// The Jepsen-style checker (issue 15 "A checker", internal/jepsen): five
+// diskque-server processes with appendonly yes, a producer and a consumer
+// on every node, a prober, and a seeded nemesis schedule of SIGKILLs and
+// restarts on the same directories for a bounded time; then every node up,
+// the cluster converged, a drain of each node's own queues, a wait for ack
+// GC, and the history checked (internal/jepsen.Check).
+//
+// CI runs 20 s of faults (8 s with -short); longer and reproducible:
+//
+//	go test ./cmd/diskque-server -run Jepsen -jepsen.time=5m -jepsen.seed=N
+//
+// The seed fixes the nemesis schedule and every worker's operation mix;
+// the servers' timing does not repeat, so a seed reproduces the faults, not
+// the interleaving.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/diskque/diskque/internal/jepsen"
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	jepsenTime   = flag.Duration("jepsen.time", 0, "length of the Jepsen test's fault phase (0: 20s, 8s with -short)")
+	jepsenSeed   = flag.Uint64("jepsen.seed", 0, "seed of the Jepsen test's schedule and operation mix (0: random)")
+	jepsenRate   = flag.Int("jepsen.rate", 40, "ADDJOBs per second per producer in the Jepsen test")
+	jepsenOut    = flag.String("jepsen.out", "", "write the Jepsen test's whole history to this file")
+	jepsenStrict = flag.Bool("jepsen.strict", false, "fail the Jepsen test on known server issues too (jepsenKnownIssues)")
+)
+
+// jepsenKnownIssues are rules the servers break today for a reason
+// diagnosed and reported but not yet fixed: the test logs their
+// violations and fails only with -jepsen.strict. Remove an entry with its
+// fix.
+var jepsenKnownIssues = map[jepsen.Rule]string{
+	// An ACKJOB on a node that never had the job broadcasts SETACK with
+	// mayhave 0; every other non-holder records a dummy ack
+	// (replication/jobs_handle.go setAcks), while the holder that
+	// collects the job sends DELJOB only to the job's own nodes
+	// (ackgc.go): with REPLICATE 1 on three nodes, ACKJOB on the second
+	// leaves a dummy ack on the third until the id's TTL, no fault needed.
+	jepsen.LeftoverDummy: "dummy acks of an ACKJOB on a non-holder are left on the other non-holders",
+}
+
+const (
+	jepsenNodes       = 5
+	jepsenAddTimeout  = 3000 // ADDJOB ms-timeout
+	jepsenGetTimeout  = 500  // GETJOB TIMEOUT, ms
+	jepsenDrainWait   = 45 * time.Second
+	jepsenGCWait      = 40 * time.Second
+	jepsenDummyWait   = 5 * time.Second // after the last copy went
+	jepsenGoneSettle  = time.Second     // the prober's two rounds with no holder are this far apart
+	jepsenProbeEvery  = 250 * time.Millisecond
+	jepsenBackoff     = 100 * time.Millisecond // a worker whose node is down waits this long
+	jepsenProbeBatch  = 400
+	jepsenReadTimeout = 8 * time.Second
+)
+
+// jepsenCluster is the procCluster as the kill nemesis sees it, plus the
+// current client address of each node for the workers ("" while down).
+type jepsenCluster struct {
+	pc    *procCluster
+	mu    sync.Mutex
+	addrs []string
+}
+
+func (jc *jepsenCluster) addr(n int) string {
+	jc.mu.Lock()
+	defer jc.mu.Unlock()
+	return jc.addrs[n]
+}
+
+func (jc *jepsenCluster) setAddr(n int, a string) {
+	jc.mu.Lock()
+	jc.addrs[n] = a
+	jc.mu.Unlock()
+}
+
+// Kill marks the node down before the SIGKILL: calls already sent to it
+// end in an error (indeterminate), new ones wait.
+func (jc *jepsenCluster) Kill(n int) error {
+	jc.setAddr(n, "")
+	jc.pc.kill(n)
+	return nil
+}
+
+// Start restarts the node on its directory (the same bus port, a new
+// client port) and checks its id; the workers find it at its new address.
+func (jc *jepsenCluster) Start(n int) error {
+	jc.pc.restart(n)
+	jc.setAddr(n, jc.pc.nodes[n].addr)
+	return nil
+}
+
+// conns is one worker's clients, redialled when a node moves.
+type conns struct {
+	jc      *jepsenCluster
+	addrs   []string
+	clients []*redis.Client
+}
+
+func newConns(jc *jepsenCluster) *conns {
+	return &conns{jc: jc, addrs: make([]string, jepsenNodes), clients: make([]*redis.Client, jepsenNodes)}
+}
+
+// get is a client of node n, or nil while it is down.
+func (cs *conns) get(n int) *redis.Client {
+	a := cs.jc.addr(n)
+	if a != cs.addrs[n] {
+		if cs.clients[n] != nil {
+			cs.clients[n].Close()
+			cs.clients[n] = nil
+		}
+		cs.addrs[n] = a
+		if a != "" {
+			cs.clients[n] = redis.NewClient(&redis.Options{
+				Addr: a, Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
+				DialTimeout: 2 * time.Second, ReadTimeout: jepsenReadTimeout, WriteTimeout: 5 * time.Second,
+			})
+		}
+	}
+	return cs.clients[n]
+}
+
+func (cs *conns) close() {
+	for _, c := range cs.clients {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// outcome classifies a call's error: an error reply is a definite failure,
+// anything else (a reset, a timeout, a refused dial to a node just killed)
+// is indeterminate.
+func outcome(err error) (jepsen.Outcome, string) {
+	var rerr redis.Error
+	switch {
+	case err == nil || errors.Is(err, redis.Nil):
+		return jepsen.OK, ""
+	case errors.As(err, &rerr):
+		return jepsen.Fail, err.Error()
+	}
+	return jepsen.Maybe, err.Error()
+}
+
+// pause waits d or until ctx ends (pacing, not synchronisation).
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// produce sends ADDJOBs to node n at about rate a second until ctx ends.
+func produce(ctx context.Context, jc *jepsenCluster, rec *jepsen.Recorder, n int, rng *rand.Rand, mix jepsen.Mix, rate int) {
+	cs := newConns(jc)
+	defer cs.close()
+	name := "p" + strconv.Itoa(n+1)
+	every := time.Second / time.Duration(max(rate, 1))
+	for seq := 0; ctx.Err() == nil; seq++ {
+		c := cs.get(n)
+		if c == nil {
+			pause(ctx, jepsenBackoff)
+			seq--
+			continue
+		}
+		spec := mix.NextAdd(rng, name, seq)
+		start := rec.Now()
+		id, err := c.Do(context.Background(), spec.Args(jepsenAddTimeout)...).Text()
+		out, msg := outcome(err)
+		e := jepsen.Event{Process: name, Node: n, Kind: jepsen.Add, Outcome: out, Start: start, Err: msg,
+			Queue: spec.Queue, Body: spec.Body, Retry: spec.Retry, Replicate: spec.Replicate, Async: spec.Async}
+		if out == jepsen.OK {
+			e.ID = id
+		}
+		rec.Record(e)
+		if out == jepsen.Maybe {
+			pause(ctx, jepsenBackoff)
+		}
+		pause(ctx, every)
+	}
+}
+
+// consume GETJOBs from node n (every queue, with a TIMEOUT, so it works
+// with or without federation) and acknowledges what it gets: mostly
+// ACKJOB on n, sometimes on another node (which may never have had the
+// job), sometimes FASTACK; while skip is set some deliveries go
+// unacknowledged, as if the consumer died, so RETRY requeues them.
+// Acknowledged ids go to acked for the prober.
+func consume(ctx context.Context, jc *jepsenCluster, rec *jepsen.Recorder, n int, rng *rand.Rand, mix jepsen.Mix,
+	skip *atomic.Bool, acked chan<- string) {
+	cs := newConns(jc)
+	defer cs.close()
+	name := "c" + strconv.Itoa(n+1)
+	args := []any{"GETJOB", "TIMEOUT", jepsenGetTimeout, "COUNT", 4, "FROM"}
+	for _, q := range mix.Queues {
+		args = append(args, q)
+	}
+	for ctx.Err() == nil {
+		c := cs.get(n)
+		if c == nil {
+			pause(ctx, jepsenBackoff)
+			continue
+		}
+		start := rec.Now()
+		v, err := c.Do(context.Background(), args...).Result()
+		out, msg := outcome(err)
+		e := jepsen.Event{Process: name, Node: n, Kind: jepsen.Get, Outcome: out, Start: start, Err: msg, Queue: "*"}
+		if out == jepsen.OK && err == nil {
+			jobs, perr := parseJobsReply(v)
+			if perr != nil {
+				e.Outcome, e.Err = jepsen.Fail, perr.Error()
+			}
+			e.Jobs = jobs
+		}
+		rec.Record(e)
+		if out == jepsen.Maybe {
+			pause(ctx, jepsenBackoff)
+			continue
+		}
+		for _, j := range e.Jobs {
+			if skip.Load() && rng.Float64() < mix.SkipAck {
+				continue
+			}
+			cmd, node := "ACKJOB", n
+			if rng.Float64() < mix.FastAck {
+				cmd = "FASTACK"
+			}
+			if rng.IntN(5) == 0 {
+				node = rng.IntN(jepsenNodes)
+			}
+			ac := cs.get(node)
+			if ac == nil {
+				ac, node = c, n
+			}
+			start := rec.Now()
+			known, err := ac.Do(context.Background(), cmd, j.ID).Int64()
+			out, msg := outcome(err)
+			rec.Record(jepsen.Event{Process: name, Node: node, Kind: jepsen.Ack, Outcome: out, Start: start,
+				ID: j.ID, Detail: cmd, Known: known, Err: msg})
+			if out == jepsen.OK {
+				select {
+				case acked <- j.ID:
+				case <-ctx.Done():
+				}
+			}
+		}
+	}
+}
+
+// parseJobsReply reads a GETJOB reply without a *testing.T (workers run
+// off the test goroutine).
+func parseJobsReply(v any) ([]jepsen.Delivered, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("GETJOB reply %#v is not an array", v)
+	}
+	var out []jepsen.Delivered
+	for _, e := range arr {
+		f, ok := e.([]any)
+		if !ok || len(f) < 3 {
+			return out, fmt.Errorf("GETJOB job %#v", e)
+		}
+		id, _ := f[1].(string)
+		body, _ := f[2].(string)
+		out = append(out, jepsen.Delivered{ID: id, Body: body})
+	}
+	return out, nil
+}
+
+// probe watches acked jobs until it sees, twice at least
+// jepsenGoneSettle apart and with every node up and no nemesis op in
+// between, that no node knows a job: it records Gone then. A round with
+// any error or any op is thrown away.
+func probe(ctx context.Context, jc *jepsenCluster, rec *jepsen.Recorder, faults *jepsen.Faults, acked <-chan string) {
+	cs := newConns(jc)
+	defer cs.close()
+	type watch struct{ firstStart, firstEnd time.Duration }
+	pending := map[string]*watch{}
+	var order []string
+	for ctx.Err() == nil {
+		deadline := time.NewTimer(jepsenProbeEvery)
+	collect:
+		for {
+			select {
+			case id := <-acked:
+				if _, ok := pending[id]; !ok {
+					pending[id] = &watch{}
+					order = append(order, id)
+				}
+			case <-deadline.C:
+				break collect
+			case <-ctx.Done():
+				deadline.Stop()
+				return
+			}
+		}
+		if len(order) == 0 {
+			continue
+		}
+		batch := order[:min(len(order), jepsenProbeBatch)]
+		epoch, healthy := faults.Snapshot()
+		if !healthy {
+			continue
+		}
+		start := rec.Now()
+		held := map[string]bool{}
+		ok := true
+		for n := range jepsenNodes {
+			c := cs.get(n)
+			if c == nil {
+				ok = false
+				break
+			}
+			p := c.Pipeline()
+			cmds := make([]*redis.Cmd, len(batch))
+			for i, id := range batch {
+				cmds[i] = p.Do(ctx, "SHOW", id)
+			}
+			_, _ = p.Exec(ctx)
+			for i, cmd := range cmds {
+				switch err := cmd.Err(); {
+				case err == nil:
+					held[batch[i]] = true
+				case errors.Is(err, redis.Nil):
+				default:
+					ok = false
+				}
+			}
+			if !ok {
+				break
+			}
+		}
+		end := rec.Now()
+		if e2, h2 := faults.Snapshot(); !ok || e2 != epoch || !h2 {
+			continue
+		}
+		var keep []string
+		for _, id := range batch {
+			w := pending[id]
+			switch {
+			case held[id]:
+				*w = watch{}
+				keep = append(keep, id)
+			case w.firstEnd == 0:
+				w.firstStart, w.firstEnd = start, end
+				keep = append(keep, id)
+			case start-w.firstEnd >= jepsenGoneSettle:
+				rec.Record(jepsen.Event{Process: "prober", Node: -1, Kind: jepsen.Gone, Outcome: jepsen.OK,
+					Start: w.firstStart, End: end, ID: id})
+				delete(pending, id)
+			default:
+				keep = append(keep, id)
+			}
+		}
+		// Ids still watched go to the back, so every id gets its turn.
+		order = append(slices.Clone(order[len(batch):]), keep...)
+	}
+}
+
+// jscanJobs lists every job node c holds, with whether it is a dummy ack
+// (acked, no body).
+func jscanJobs(ctx context.Context, c *redis.Client) (map[string]bool, error) {
+	out := map[string]bool{}
+	cursor := "0"
+	for {
+		v, err := c.Do(ctx, "JSCAN", cursor, "COUNT", 1000, "REPLY", "all").Slice()
+		if err != nil {
+			return nil, err
+		}
+		if len(v) != 2 {
+			return nil, fmt.Errorf("JSCAN reply %#v", v)
+		}
+		cursor, _ = v[0].(string)
+		items, _ := v[1].([]any)
+		for _, it := range items {
+			f, _ := it.([]any)
+			m := map[string]any{}
+			for i := 0; i+1 < len(f); i += 2 {
+				if k, ok := f[i].(string); ok {
+					m[k] = f[i+1]
+				}
+			}
+			id, _ := m["id"].(string)
+			if id == "" {
+				return nil, fmt.Errorf("JSCAN REPLY all item %#v", it)
+			}
+			body, _ := m["body"].(string)
+			out[id] = m["state"] == "acked" && body == ""
+		}
+		if cursor == "0" {
+			return out, nil
+		}
+	}
+}
+
+func TestJepsenKillRestart(t *testing.T) {
+	phase := *jepsenTime
+	if phase == 0 {
+		phase = 20 * time.Second
+		if testing.Short() {
+			phase = 8 * time.Second
+		}
+	}
+	seed := *jepsenSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("jepsen: seed %d, %v of faults (reproduce the schedule with -jepsen.seed=%d)", seed, phase, seed)
+
+	pc := startProcCluster(t, jepsenNodes, "--appendonly", "yes")
+	jc := &jepsenCluster{pc: pc, addrs: make([]string, jepsenNodes)}
+	for i, d := range pc.nodes {
+		jc.addrs[i] = d.addr
+	}
+	rngs := jepsen.Seeds(seed, 1+2*jepsenNodes)
+	nemeses := []jepsen.Nemesis{&jepsen.KillNemesis{Procs: jc, MaxDown: 2, AllEvery: 8}}
+	ops := jepsen.Schedule(rngs[0], jepsen.NewWorld(jepsenNodes), nemeses, phase, time.Second, 3*time.Second)
+	mix := jepsen.DefaultMix()
+
+	rec, faults := jepsen.NewRecorder(), jepsen.NewFaults()
+	acked := make(chan string, 1024)
+	var skip atomic.Bool
+	skip.Store(true)
+	prodCtx, stopProducers := context.WithCancel(context.Background())
+	consCtx, stopConsumers := context.WithCancel(context.Background())
+	var producers, others sync.WaitGroup
+	defer func() { // on a t.Fatal too: no worker outlives the test
+		stopProducers()
+		stopConsumers()
+		producers.Wait()
+		others.Wait()
+	}()
+	for n := range jepsenNodes {
+		producers.Go(func() { produce(prodCtx, jc, rec, n, rngs[1+n], mix, *jepsenRate) })
+		others.Go(func() { consume(consCtx, jc, rec, n, rngs[1+jepsenNodes+n], mix, &skip, acked) })
+	}
+	others.Go(func() { probe(consCtx, jc, rec, faults, acked) })
+
+	if err := jepsen.Execute(context.Background(), rec, faults, rec.Now(), ops, nemeses); err != nil {
+		t.Fatal(err)
+	}
+	stopProducers()
+	producers.Wait()
+	pc.waitMesh()
+
+	// Drain: every node's own queues, until every determinate
+	// at-least-once add was delivered (the check says which were not).
+	skip.Store(false)
+	drainStart := time.Now()
+	// Polled every quarter second: each look copies the history.
+	for deadline := time.Now().Add(jepsenDrainWait); undelivered(rec.History()) > 0 && time.Now().Before(deadline); {
+		pause(context.Background(), 250*time.Millisecond)
+	}
+	t.Logf("jepsen: drained in %v (%d at-least-once adds undelivered)", time.Since(drainStart).Round(time.Millisecond), undelivered(rec.History()))
+	stopConsumers()
+	others.Wait()
+
+	// Ack GC: wait until no node holds an acked job, then record what
+	// each node still holds.
+	ackedIDs := jepsen.Acked(rec.History())
+	type holding struct {
+		node  int
+		id    string
+		dummy bool
+	}
+	held := func() (left []holding, copies int) {
+		for n, c := range pc.clients {
+			jobs, err := jscanJobs(context.Background(), c)
+			if err != nil {
+				t.Fatalf("JSCAN on %s: %v", jepsen.NodeName(n), err)
+			}
+			for id, dummy := range jobs {
+				if ackedIDs[id] {
+					left = append(left, holding{n, id, dummy})
+					if !dummy {
+						copies++
+					}
+				}
+			}
+		}
+		return left, copies
+	}
+	// First every copy, then (a little longer) every dummy ack.
+	gcStart := time.Now()
+	var left []holding
+	deadline, dummyDeadline := time.Now().Add(jepsenGCWait), time.Time{}
+	for {
+		l, copies := held()
+		left = l
+		if copies == 0 && dummyDeadline.IsZero() {
+			dummyDeadline = time.Now().Add(jepsenDummyWait)
+		}
+		if len(left) == 0 || time.Now().After(deadline) || (!dummyDeadline.IsZero() && time.Now().After(dummyDeadline)) {
+			break
+		}
+		pause(context.Background(), 250*time.Millisecond)
+	}
+	t.Logf("jepsen: ack GC waited %v; %d copies or dummy acks of acked jobs left", time.Since(gcStart).Round(time.Millisecond), len(left))
+	for _, l := range left {
+		state := "unknown"
+		if m := show(t, pc.clients[l.node], l.id); m != nil {
+			state, _ = m["state"].(string)
+		}
+		rec.Record(jepsen.Event{Process: "final", Node: l.node, Kind: jepsen.Holds, Outcome: jepsen.OK, Start: rec.Now(),
+			ID: l.id, Dummy: l.dummy, Detail: "state " + state})
+	}
+
+	h := rec.History()
+	vs := jepsen.Check(h)
+	t.Logf("jepsen: seed %d: %s", seed, h.Count())
+	if *jepsenOut != "" {
+		if err := os.WriteFile(*jepsenOut, []byte(h.String()), 0o644); err != nil {
+			t.Errorf("write the history: %v", err)
+		}
+	}
+	var known, failing []jepsen.Violation
+	for _, v := range vs {
+		if _, ok := jepsenKnownIssues[v.Rule]; ok && !*jepsenStrict {
+			known = append(known, v)
+		} else {
+			failing = append(failing, v)
+		}
+	}
+	if len(known) > 0 {
+		t.Logf("jepsen: %d violations of known issues (fail with -jepsen.strict):\n%s", len(known), jepsen.Report(seed, h, known, 2))
+	}
+	if len(failing) > 0 {
+		var sched string
+		for _, op := range ops {
+			sched += "  " + op.String() + "\n"
+		}
+		t.Errorf("jepsen: the history breaks the cluster's guarantees\n%s\nschedule:\n%s", jepsen.Report(seed, h, failing, 10), sched)
+	}
+}
+
+// undelivered counts the adds with RETRY > 0 that replied an id and were
+// not delivered yet.
+func undelivered(h jepsen.History) int {
+	want := map[string]bool{}
+	for _, e := range h {
+		if e.Kind == jepsen.Add && e.Outcome == jepsen.OK && e.Retry > 0 {
+			want[e.Body] = true
+		}
+	}
+	for _, e := range h {
+		for _, d := range e.Jobs {
+			delete(want, d.Body)
+		}
+	}
+	return len(want)
+}
