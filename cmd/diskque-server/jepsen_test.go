@@ -286,7 +286,8 @@ func parseJobsReply(v any) ([]jepsen.Delivered, error) {
 
 // probe watches acked jobs until it sees, twice at least
 // jepsenGoneSettle apart and with every node up and no nemesis op in
-// between, that no node knows a job: it records Gone then. A round with
+// between, that no node holds a copy of a job (unknown, or a dummy ack):
+// it records Gone then. A round with
 // any error or any op is thrown away.
 func probe(ctx context.Context, jc *jepsenCluster, rec *jepsen.Recorder, faults *jepsen.Faults, acked <-chan string) {
 	cs := newConns(jc)
@@ -335,9 +336,11 @@ func probe(ctx context.Context, jc *jepsenCluster, rec *jepsen.Recorder, faults 
 			}
 			_, _ = p.Exec(ctx)
 			for i, cmd := range cmds {
-				switch err := cmd.Err(); {
+				switch v, err := cmd.Slice(); {
 				case err == nil:
-					held[batch[i]] = true
+					// A dummy ack (acked, no body) cannot be delivered:
+					// not a copy.
+					held[batch[i]] = held[batch[i]] || !isDummyAck(v)
 				case errors.Is(err, redis.Nil):
 				default:
 					ok = false
@@ -374,6 +377,19 @@ func probe(ctx context.Context, jc *jepsenCluster, rec *jepsen.Recorder, faults 
 	}
 }
 
+// isDummyAck reports whether a SHOW-style array is of a dummy ack: acked,
+// with no body.
+func isDummyAck(show []any) bool {
+	m := map[string]any{}
+	for i := 0; i+1 < len(show); i += 2 {
+		if k, ok := show[i].(string); ok {
+			m[k] = show[i+1]
+		}
+	}
+	body, _ := m["body"].(string)
+	return m["state"] == "acked" && body == ""
+}
+
 // jscanJobs lists every job node c holds, with whether it is a dummy ack
 // (acked, no body).
 func jscanJobs(ctx context.Context, c *redis.Client) (map[string]bool, error) {
@@ -391,18 +407,11 @@ func jscanJobs(ctx context.Context, c *redis.Client) (map[string]bool, error) {
 		items, _ := v[1].([]any)
 		for _, it := range items {
 			f, _ := it.([]any)
-			m := map[string]any{}
-			for i := 0; i+1 < len(f); i += 2 {
-				if k, ok := f[i].(string); ok {
-					m[k] = f[i+1]
-				}
-			}
-			id, _ := m["id"].(string)
-			if id == "" {
+			if len(f) < 2 || f[0] != "id" {
 				return nil, fmt.Errorf("JSCAN REPLY all item %#v", it)
 			}
-			body, _ := m["body"].(string)
-			out[id] = m["state"] == "acked" && body == ""
+			id, _ := f[1].(string)
+			out[id] = isDummyAck(f)
 		}
 		if cursor == "0" {
 			return out, nil
@@ -430,8 +439,8 @@ func TestJepsenKillRestart(t *testing.T) {
 		jc.addrs[i] = d.addr
 	}
 	rngs := jepsen.Seeds(seed, 1+2*jepsenNodes)
-	nemeses := []jepsen.Nemesis{&jepsen.KillNemesis{Procs: jc, MaxDown: 2, AllEvery: 8}}
-	ops := jepsen.Schedule(rngs[0], jepsen.NewWorld(jepsenNodes), nemeses, phase, time.Second, 3*time.Second)
+	nemeses := []jepsen.Nemesis{&jepsen.KillNemesis{Procs: jc, MaxDown: 2, AllEvery: 5}}
+	ops := jepsen.Schedule(rngs[0], jepsen.NewWorld(jepsenNodes), nemeses, phase, time.Second, 5*time.Second/2)
 	mix := jepsen.DefaultMix()
 
 	rec, faults := jepsen.NewRecorder(), jepsen.NewFaults()
@@ -461,19 +470,25 @@ func TestJepsenKillRestart(t *testing.T) {
 	pc.waitMesh()
 
 	// Drain: every node's own queues, until every determinate
-	// at-least-once add was delivered (the check says which were not).
+	// at-least-once add was delivered (the check says which were not),
+	// and for at least the longest RETRY and then some, so that copies
+	// of acked jobs a restart left would be requeued and delivered while
+	// the prober watches.
 	skip.Store(false)
 	drainStart := time.Now()
+	minDrain := time.Duration(mix.MaxRetry)*time.Second + 2*time.Second
 	// Polled every quarter second: each look copies the history.
-	for deadline := time.Now().Add(jepsenDrainWait); undelivered(rec.History()) > 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(jepsenDrainWait); time.Now().Before(deadline); {
+		if time.Since(drainStart) >= minDrain && undelivered(rec.History()) == 0 {
+			break
+		}
 		pause(context.Background(), 250*time.Millisecond)
 	}
-	t.Logf("jepsen: drained in %v (%d at-least-once adds undelivered)", time.Since(drainStart).Round(time.Millisecond), undelivered(rec.History()))
-	stopConsumers()
-	others.Wait()
+	t.Logf("jepsen: drained for %v (%d at-least-once adds undelivered)", time.Since(drainStart).Round(time.Millisecond), undelivered(rec.History()))
 
 	// Ack GC: wait until no node holds an acked job, then record what
-	// each node still holds.
+	// each node still holds. The consumers and the prober go on
+	// meanwhile: a job seen gone must still never be delivered.
 	ackedIDs := jepsen.Acked(rec.History())
 	type holding struct {
 		node  int
@@ -512,6 +527,8 @@ func TestJepsenKillRestart(t *testing.T) {
 		}
 		pause(context.Background(), 250*time.Millisecond)
 	}
+	stopConsumers()
+	others.Wait()
 	t.Logf("jepsen: ack GC waited %v; %d copies or dummy acks of acked jobs left", time.Since(gcStart).Round(time.Millisecond), len(left))
 	for _, l := range left {
 		state := "unknown"

@@ -30,7 +30,9 @@
 //   - DeliveredAfterGone: no GETJOB invoked after a Gone observation of a
 //     job delivered it. Gone is defined by observation: the prober asked
 //     SHOW on every node, twice at least a second apart, with every node up
-//     and no nemesis op in between, and no node knew the job.
+//     and no nemesis op in between, and no node held a copy of the job (a
+//     dummy ack, acked with no body, is not a copy: it cannot be
+//     delivered).
 //   - NotCollected: after the drain and the wait for ack GC, no node holds
 //     a job whose ACKJOB (or FASTACK) replied.
 //   - WrongBody: a delivered job's id and body belong to the same ADDJOB.
