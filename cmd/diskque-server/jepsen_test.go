@@ -247,7 +247,7 @@ func consume(ctx context.Context, jc *jepsenCluster, rec *jepsen.Recorder, n int
 			}
 			ac := cs.get(node)
 			if ac == nil {
-				ac, node = c, n
+				continue // that node is down (maybe n, just killed): as if the consumer died
 			}
 			start := rec.Now()
 			known, err := ac.Do(context.Background(), cmd, j.ID).Int64()

@@ -68,7 +68,8 @@ func TestCheckValidHistory(t *testing.T) {
 		t.Fatalf("Check(valid history) = %v, want none\n%s", vs, h)
 	}
 	c := h.Count()
-	if c.AddsOK != 2 || c.AddsMaybe != 2 || c.Deliveries != 4 || c.AcksOK != 1 || c.Kills != 1 || c.Gone != 1 {
+	if c.AddsOK != 2 || c.AddsMaybe != 2 || c.Deliveries != 4 || c.AcksOK != 1 || c.Kills != 1 || c.Gone != 1 ||
+		c.Redelivered != 1 || c.NeverDelivered != 0 {
 		t.Errorf("Count = %+v", c)
 	}
 }

@@ -207,12 +207,30 @@ type Counts struct {
 	Gone                          int
 	Kills, Starts                 int // nodes killed, nodes started (a kill of two counts two)
 	Partitions, Heals             int
+	// Redelivered: at-least-once jobs delivered more than once (requeued);
+	// NeverDelivered: at-most-once adds that replied an id and were never
+	// delivered (allowed: say, lost with a GETJOB reply to a killed node).
+	Redelivered, NeverDelivered int
 }
 
 // Count summarises h.
 func (h History) Count() Counts {
 	var c Counts
+	deliveries := map[string]int{} // by body
 	for _, e := range h {
+		for _, d := range e.Jobs {
+			deliveries[d.Body]++
+		}
+	}
+	for _, e := range h {
+		if e.Kind == Add && e.Outcome == OK {
+			switch n := deliveries[e.Body]; {
+			case e.Retry > 0 && n > 1:
+				c.Redelivered++
+			case e.Retry == 0 && n == 0:
+				c.NeverDelivered++
+			}
+		}
 		switch e.Kind {
 		case Add:
 			switch e.Outcome {
@@ -251,9 +269,9 @@ func (h History) Count() Counts {
 }
 
 func (c Counts) String() string {
-	return fmt.Sprintf("adds ok %d, failed %d, indeterminate %d; deliveries %d in %d GETJOBs; acks ok %d, indeterminate %d; "+
-		"observed gone %d; kills %d, restarts %d; partitions %d, heals %d",
-		c.AddsOK, c.AddsFailed, c.AddsMaybe, c.Deliveries, c.Gets, c.AcksOK, c.AcksMaybe, c.Gone,
+	return fmt.Sprintf("adds ok %d, failed %d, indeterminate %d; deliveries %d in %d GETJOBs (at-least-once redelivered %d, "+
+		"at-most-once never delivered %d); acks ok %d, indeterminate %d; observed gone %d; kills %d, restarts %d; partitions %d, heals %d",
+		c.AddsOK, c.AddsFailed, c.AddsMaybe, c.Deliveries, c.Gets, c.Redelivered, c.NeverDelivered, c.AcksOK, c.AcksMaybe, c.Gone,
 		c.Kills, c.Starts, c.Partitions, c.Heals)
 }
 
