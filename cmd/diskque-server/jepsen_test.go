@@ -3,7 +3,8 @@ package main
 // The Jepsen-style checker (issue 15 "A checker", internal/jepsen): five
 // diskque-server processes with appendonly yes, a producer and a consumer
 // on every node, a prober, and a seeded nemesis schedule of SIGKILLs and
-// restarts on the same directories for a bounded time; then every node up,
+// restarts on the same directories (and partitions, once jepsenNetwork is
+// set) for a bounded time; then every node up,
 // the cluster converged, a drain of each node's own queues, a wait for ack
 // GC, and the history checked (internal/jepsen.Check).
 //
@@ -54,6 +55,15 @@ var jepsenKnownIssues = map[jepsen.Rule]string{
 	// leaves a dummy ack on the third until the id's TTL, no fault needed.
 	jepsen.LeftoverDummy: "dummy acks of an ACKJOB on a non-holder are left on the other non-holders",
 }
+
+// jepsenNetwork, when set, starts the cluster with the bus between its
+// nodes going through a fault proxy and returns what cuts and heals it;
+// the test then adds the partition nemesis to the kill nemesis. It is the
+// one hook partitions need: a file of its own sets it in an init func
+// (internal/faultproxy, a proxy per node). Its procCluster must restart a
+// node (procCluster.restart) with the bus still behind its proxy. Nil: a
+// plain startProcCluster, kills only.
+var jepsenNetwork func(t *testing.T, n int, flags ...string) (*procCluster, jepsen.Partitioner)
 
 const (
 	jepsenNodes       = 5
@@ -433,13 +443,24 @@ func TestJepsenKillRestart(t *testing.T) {
 	}
 	t.Logf("jepsen: seed %d, %v of faults (reproduce the schedule with -jepsen.seed=%d)", seed, phase, seed)
 
-	pc := startProcCluster(t, jepsenNodes, "--appendonly", "yes")
+	var pc *procCluster
+	var network jepsen.Partitioner
+	if jepsenNetwork != nil {
+		pc, network = jepsenNetwork(t, jepsenNodes, "--appendonly", "yes")
+	} else {
+		pc = startProcCluster(t, jepsenNodes, "--appendonly", "yes")
+	}
 	jc := &jepsenCluster{pc: pc, addrs: make([]string, jepsenNodes)}
 	for i, d := range pc.nodes {
 		jc.addrs[i] = d.addr
 	}
 	rngs := jepsen.Seeds(seed, 1+2*jepsenNodes)
+	// Never more than two nodes down at once, but now and then all five
+	// (killed together, restarted together).
 	nemeses := []jepsen.Nemesis{&jepsen.KillNemesis{Procs: jc, MaxDown: 2, AllEvery: 5}}
+	if network != nil {
+		nemeses = append(nemeses, &jepsen.PartitionNemesis{Net: network, N: jepsenNodes})
+	}
 	ops := jepsen.Schedule(rngs[0], jepsen.NewWorld(jepsenNodes), nemeses, phase, time.Second, 5*time.Second/2)
 	mix := jepsen.DefaultMix()
 
