@@ -31,8 +31,8 @@ const (
 	// LeftoverDummy: a node still holds a dummy ack (an acked placeholder
 	// without a body) of an acked job after the drain and the wait for ack
 	// GC. Not a copy that can be delivered, but state ack GC should have
-	// cleared: shared/CLUSTER.md keeps dummy acks only while a late
-	// REPLJOB may come.
+	// cleared (TestClusterProcessesAckToNonHolder expects every trace of
+	// a job acked on a non-holder gone); left, it lasts the id's TTL.
 	LeftoverDummy Rule = "leftover-dummy-ack"
 	// WrongBody: a delivered job's id and body do not belong to the same
 	// ADDJOB (a body no ADDJOB sent, or an id its ADDJOB did not reply).

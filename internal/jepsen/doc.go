@@ -3,7 +3,7 @@
 // restarts nodes (and, with a Partitioner, cuts the network), every
 // operation is recorded with its invocation and completion time and its
 // outcome, and afterwards the history is checked against the cluster's
-// guarantees (shared/CLUSTER.md, issue 15 "A checker"). The processes, the
+// guarantees (the cluster contract, issue 15 "A checker"). The processes, the
 // clients and the workload live in cmd/diskque-server/jepsen_test.go; this
 // package is the part that needs no server: the history model, the
 // operation mix, the nemesis schedule and the checks. It uses only the
