@@ -187,7 +187,9 @@
 //     until all answered GOTACK; then DELJOB to all and the job is deleted
 //     here. Each SETACK says how many nodes the sender knows may hold the
 //     job (mayhave; 0 for a dummy ack). A receiver acks the job (a queued
-//     copy leaves its queue; an unknown id leaves a dummy ack) and answers
+//     copy leaves its queue; an unknown id leaves a dummy ack, but for a
+//     dummy ack's SETACK, mayhave 0, which leaves nothing: no collection
+//     would ever reach a bystander's dummy) and answers
 //     GOTACK with whether it knew it — unless it knows more holders than
 //     mayhave: then it collects the job itself, and answers only a dummy
 //     ack's SETACK (as Disque). A dummy ack that reaches a node that knows

@@ -47,13 +47,8 @@ var (
 // violations and fails only with -jepsen.strict. Remove an entry with its
 // fix.
 var jepsenKnownIssues = map[jepsen.Rule]string{
-	// An ACKJOB on a node that never had the job broadcasts SETACK with
-	// mayhave 0; every other non-holder records a dummy ack
-	// (replication/jobs_handle.go setAcks), while the holder that
-	// collects the job sends DELJOB only to the job's own nodes
-	// (ackgc.go): with REPLICATE 1 on three nodes, ACKJOB on the second
-	// leaves a dummy ack on the third until the id's TTL, no fault needed.
-	jepsen.LeftoverDummy: "dummy acks of an ACKJOB on a non-holder are left on the other non-holders",
+	// (none: leftover-dummy-ack was one until setAcks stopped leaving a
+	// dummy ack on bystanders, TestAckOnANonHolderLeavesNoDummyOnBystanders)
 }
 
 // jepsenNetwork, when set, starts the cluster with the bus between its
