@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/diskque/diskque/queue"
+	"github.com/diskque/diskque/storage"
 )
 
 // TestAckOnANonHolderLeavesNoDummyOnBystanders: an ACKJOB on a node that
@@ -36,5 +37,27 @@ func TestAckOnANonHolderLeavesNoDummyOnBystanders(t *testing.T) {
 		for i, nd := range c.nodes {
 			eventually(t, "no trace of the job on node "+string(rune('0'+i)), func() bool { return nd.state(t, res.ID) == "" })
 		}
+	}
+}
+
+// TestDummyAckNobodyKnowsIsDropped: a dummy ack whose SETACK every node
+// answered without knowing the job is deleted, as Disque deletes it ("dummy
+// ACK not known cluster-wide"): every copy is gone already (a holder would
+// have answered that it knows the job), so no REPLJOB can come late.
+// Found by the Jepsen checker (leftover-dummy-ack, seed 22): a holder
+// killed after collecting a job acked on a non-holder, and before its
+// GOTACK went out, left the non-holder's dummy ack until the id's TTL.
+func TestDummyAckNobodyKnowsIsDropped(t *testing.T) {
+	c := newTestCluster(t, 3, -1)
+	stranger := c.nodes[1]
+	id := storage.NewJobID(c.nodes[0].id, 3600, 60) // at-least-once, never added
+	if n, err := stranger.broker.Ack([]string{id}); err != nil || n != 0 {
+		t.Fatalf("Ack of an unknown id: %d, %v", n, err)
+	}
+	for i, nd := range c.nodes {
+		eventually(t, "no trace of the job on node "+string(rune('0'+i)), func() bool { return nd.state(t, id) == "" })
+	}
+	if p := stranger.jobs.Stats().PendingAcks; p != 0 {
+		t.Errorf("%d collections still pending", p)
 	}
 }

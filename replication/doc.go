@@ -193,8 +193,8 @@
 //     GOTACK with whether it knew it — unless it knows more holders than
 //     mayhave: then it collects the job itself, and answers only a dummy
 //     ack's SETACK (as Disque). A dummy ack that reaches a node that knows
-//     the job leaves the collection to it and goes; one that nobody knows
-//     stays until its TTL and is no longer retried. A DELJOB for a job
+//     the job leaves the collection to it and goes; so does one that every
+//     node answered without knowing the job (no copy is left anywhere). A DELJOB for a job
 //     being collected here too ends that collection with DELJOB to its
 //     targets (clearing the dummy acks its SETACKs left). Start resumes the collection of every
 //     acked job on disk, and deletes the jobs a restart left in wait-repl
