@@ -47,8 +47,19 @@ var (
 // violations and fails only with -jepsen.strict. Remove an entry with its
 // fix.
 var jepsenKnownIssues = map[jepsen.Rule]string{
-	// (none: leftover-dummy-ack was one until setAcks stopped leaving a
-	// dummy ack on bystanders, TestAckOnANonHolderLeavesNoDummyOnBystanders)
+	// Seed 41, 3 min: a REPLICATE 3 ADDJOB on n3 sent REPLJOB to n4 as n4
+	// was killed; the job was replicated elsewhere, delivered, acked and
+	// collected (n4's dummy ack from the SETACK went with the DELJOB), the
+	// prober saw it gone, and 9 s later n3's bus link to n4 came back and
+	// flushed the REPLJOB still queued on it (TCPTransport keeps a link's
+	// queue across redials): n4 stored a copy, requeued it after RETRY
+	// and delivered it again. Rare (about one in 20,000 acks under these
+	// faults), so the 20 s CI run would be flaky on it until the bus
+	// drops or expires what it queued for a peer that went down.
+	jepsen.DeliveredAfterGone: "a REPLJOB queued on a bus link to a dead peer is delivered after the job was acked and collected",
+	// (leftover-dummy-ack was one until setAcks stopped leaving a dummy
+	// ack on bystanders, TestAckOnANonHolderLeavesNoDummyOnBystanders, and
+	// gotAcks dropped the dummy nobody knows, TestDummyAckNobodyKnowsIsDropped.)
 }
 
 // jepsenNetwork, when set, starts the cluster with the bus between its
