@@ -3,6 +3,7 @@ package queue
 import (
 	"cmp"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 
@@ -93,20 +94,46 @@ ask:
 			}
 		}
 	}
-	// An ASYNC job's nodes, chosen now if the cluster can (AsyncPlanner):
-	// asyncNodes[call][i] is the other nodes of request i's.
-	var asyncNodes [][][]string
-	if planner, ok := b.cluster.(AsyncPlanner); ok {
+	// A replicated job's other nodes, chosen now if the cluster can:
+	// planned[call][i] is request i's. An ASYNC job's (AsyncPlanner) are
+	// its copies' nodes; a synchronous one's (SyncPlanner) the nodes its
+	// first REPLJOBs go to.
+	var planned [][][]string
+	plan := func(ci, i int, nodes []string) {
+		if planned == nil {
+			planned = make([][][]string, len(calls))
+		}
+		if planned[ci] == nil {
+			planned[ci] = make([][]string, len(calls[ci].reqs))
+		}
+		planned[ci][i] = nodes
+	}
+	asyncPlanner, _ := b.cluster.(AsyncPlanner)
+	syncPlanner, _ := b.cluster.(SyncPlanner)
+	var syncNeed []int // the other nodes each synchronous job needs, in request order
+	for ci, c := range calls {
+		for i, r := range c.reqs {
+			repl := cmp.Or(r.Replicate, min(3, known))
+			if repl <= 1 || repl-1 > reachable {
+				continue
+			}
+			switch {
+			case r.Async && asyncPlanner != nil:
+				plan(ci, i, asyncPlanner.AsyncNodes(repl-1))
+			case !r.Async && syncPlanner != nil:
+				syncNeed = append(syncNeed, repl-1)
+			}
+		}
+	}
+	if len(syncNeed) > 0 {
+		nodes, k := syncPlanner.SyncNodes(syncNeed), 0
 		for ci, c := range calls {
 			for i, r := range c.reqs {
-				if repl := cmp.Or(r.Replicate, min(3, known)); r.Async && repl > 1 && repl-1 <= reachable {
-					if asyncNodes == nil {
-						asyncNodes = make([][][]string, len(calls))
+				if repl := cmp.Or(r.Replicate, min(3, known)); !r.Async && repl > 1 && repl-1 <= reachable {
+					if k < len(nodes) {
+						plan(ci, i, nodes[k])
 					}
-					if asyncNodes[ci] == nil {
-						asyncNodes[ci] = make([][]string, len(c.reqs))
-					}
-					asyncNodes[ci][i] = planner.AsyncNodes(repl - 1)
+					k++
 				}
 			}
 		}
@@ -141,8 +168,8 @@ ask:
 				continue
 			}
 			var nodes []string
-			if asyncNodes != nil && asyncNodes[ci] != nil && len(asyncNodes[ci][i]) > 0 {
-				nodes = append(slices.Clip(b.selfNodes), asyncNodes[ci][i]...)
+			if planned != nil && planned[ci] != nil && len(planned[ci][i]) > 0 {
+				nodes = append(slices.Clip(b.selfNodes), planned[ci][i]...)
 			}
 			j := b.newJob(r, now, nodes)
 			if err := batch.AddNew(j, r.Body, r.TTL); err != nil {
@@ -305,31 +332,52 @@ func (b *Broker) finishReplication(items []replItem, nodes [][]string, ok []bool
 	batch := b.st.NewBatch()
 	type opRef struct {
 		item int
-		kind byte // 'n' nodes, 'q' queue, 'd' delete
+		kind byte // 'n' nodes, 'q' queue, 'd' delete, 'a' ack
 	}
 	var ops []opRef
 	for k, it := range items {
 		id := it.Job.ID
 		switch {
+		case k < len(nodes) && !ok[k] && len(nodes[k]) > 1:
+			// Copies were sent: the job is acked here, not deleted, and
+			// its collection (Cluster.Acked: SETACK until every node it
+			// went to confirmed, then DELJOB) deletes them and then it —
+			// retried, and resumed after a restart from the acked job on
+			// disk. A lone DELJOB, lost, would leave a copy to be
+			// requeued: a job the client was told failed, delivered.
+			outcome[k] = ErrReplTimeout
+			batch.SetNodes(id, nodes[k])
+			batch.Ack(id)
+			ops = append(ops, opRef{k, 'n'}, opRef{k, 'a'})
 		case k >= len(nodes) || !ok[k]:
 			outcome[k] = ErrReplTimeout
 			batch.Delete(id)
 			ops = append(ops, opRef{k, 'd'})
 		default:
-			if len(nodes[k]) > 1 {
+			waitRepl := it.Job.State == storage.StateWaitRepl
+			queueIt := waitRepl && it.Job.AwakeTime == 0
+			// A job stored with the nodes its copies went to (SyncPlanner)
+			// is queued by one record: its node list is right already.
+			if len(nodes[k]) > 1 && !(queueIt && slices.Equal(nodes[k], it.Job.Nodes)) {
 				batch.SetNodes(id, nodes[k])
 				ops = append(ops, opRef{k, 'n'})
 			}
-			if it.Job.State == storage.StateWaitRepl {
-				if len(nodes[k]) <= 1 {
-					batch.SetNodes(id, b.selfNodes) // wait-repl → active
-					ops = append(ops, opRef{k, 'n'})
-				}
-				if it.Job.AwakeTime == 0 {
-					batch.Queue(id, retryTime(now, it.Job.Retry))
-					ops = append(ops, opRef{k, 'q'})
-				}
+			if waitRepl && len(nodes[k]) <= 1 {
+				batch.SetNodes(id, b.selfNodes) // wait-repl → active
+				ops = append(ops, opRef{k, 'n'})
 			}
+			if queueIt {
+				batch.Queue(id, retryTime(now, it.Job.Retry))
+				ops = append(ops, opRef{k, 'q'})
+			}
+		}
+	}
+	// firstOp[item] is the kind of the item's first operation: the one
+	// that finds a wait-repl job gone (expired, deleted by a DELJOB).
+	firstOp := make([]byte, len(items))
+	for _, o := range ops {
+		if firstOp[o.item] == 0 {
+			firstOp[o.item] = o.kind
 		}
 	}
 	if batch.Len() == 0 {
@@ -337,6 +385,9 @@ func (b *Broker) finishReplication(items []replItem, nodes [][]string, ok []bool
 		return outcome, nil
 	}
 	res, pending := b.st.Apply(batch)
+	// collect: the timed-out jobs acked here; gone: those that went
+	// meanwhile (expired, deleted), whose copies get a DELJOB only.
+	var collect, gone []*storage.Job
 	for n, r := range res {
 		o := ops[n]
 		if r.Err != nil {
@@ -344,7 +395,12 @@ func (b *Broker) finishReplication(items []replItem, nodes [][]string, ok []bool
 				b.mu.Unlock()
 				return nil, wrapStore(r.Err)
 			}
-			if o.kind == 'n' && items[o.item].Job.State == storage.StateWaitRepl {
+			if o.kind == 'a' {
+				j := *items[o.item].Job
+				j.Nodes = nodes[o.item]
+				gone = append(gone, &j)
+			}
+			if o.kind != 'd' && o.kind == firstOp[o.item] && items[o.item].Job.State == storage.StateWaitRepl {
 				// Gone meanwhile (expired, deleted by a DELJOB).
 				outcome[o.item] = ErrReplTimeout
 			}
@@ -363,13 +419,36 @@ func (b *Broker) finishReplication(items []replItem, nodes [][]string, ok []bool
 			if r.Old.State == storage.StateQueued {
 				b.unqueuedLocked(r.Old)
 			}
+		case 'a':
+			collect = append(collect, r.Job)
 		}
 	}
 	b.mu.Unlock()
 	if err := pending.Wait(); err != nil {
 		return nil, wrapStore(err)
 	}
+	if len(collect) > 0 {
+		b.cluster.Acked(collect)
+	}
+	if len(gone) > 0 {
+		b.cluster.FastAcked(gone, nil)
+	}
 	return outcome, nil
+}
+
+// SyncPlanner is optional for a Cluster (package replication's has it):
+// it chooses, before a synchronous job is stored, the nodes its first
+// REPLJOBs go to. The job is stored in wait-repl with them as its node
+// list, Replicate sends to them first (a job's Nodes beyond this node),
+// and once they all confirmed, the job is queued by one record instead
+// of a node list and a queueing (finishReplication). A node added later
+// (one did not answer) is recorded as before.
+type SyncPlanner interface {
+	// SyncNodes returns, for each count n of need, up to n other nodes
+	// a synchronous copy can be sent to now, as Replicate would choose
+	// them; fewer (even none) when fewer are up: Replicate picks the
+	// rest.
+	SyncNodes(need []int) [][]string
 }
 
 // addCall is one AddJobs call waiting in an addCombiner.
@@ -416,6 +495,15 @@ func (c *addCombiner) run(call *addCall, apply func([]*addCall)) {
 	c.mu.Unlock()
 	if !lead && !<-call.wake {
 		return // applied by another call's round
+	}
+	if lead {
+		// A call that found no round running lets the goroutines ready
+		// to run on this thread (other connections' commands, read
+		// already) go first: those that add join its round instead of
+		// each leading its own. At pipeline 1 a round was one client's
+		// job, and every job paid alone for its commits, its REPLJOBs and
+		// their answers; a yield costs well under a µs when nothing waits.
+		runtime.Gosched()
 	}
 	c.mu.Lock()
 	n, reqs := 0, 0
@@ -464,8 +552,9 @@ func (b *Broker) validateAdd(r AddRequest, reachable int) error {
 }
 
 // newJob builds the store's record of a new job created at now; the store
-// gives it its id (Batch.AddNew). nodes, if not nil, is an ASYNC job's
-// node list, chosen already (AsyncPlanner): the job needs no wait-repl.
+// gives it its id (Batch.AddNew). nodes, if not nil, is the job's node
+// list, chosen already: an ASYNC job's (AsyncPlanner), which then needs
+// no wait-repl, or a synchronous one's (SyncPlanner).
 func (b *Broker) newJob(r AddRequest, now int64, nodes []string) *storage.Job {
 	j := &storage.Job{
 		Queue: r.Queue,
@@ -480,11 +569,12 @@ func (b *Broker) newJob(r AddRequest, now int64, nodes []string) *storage.Job {
 		j.Nodes = nodes
 	}
 	switch {
-	case r.Replicate > 1 && nodes == nil:
+	case r.Replicate > 1 && (nodes == nil || !r.Async):
 		// Two-phase: stored, then replicated, then queued (or left for its
 		// DELAY, whose event fires once it is active). ASYNC too: it is
 		// queued once the nodes its copies went to are recorded, so an
-		// ACKJOB always knows where they are.
+		// ACKJOB always knows where they are. A synchronous job's nodes,
+		// if planned, are the ones its first REPLJOBs go to.
 		j.State = storage.StateWaitRepl
 		if r.Delay > 0 {
 			j.AwakeTime = now + secondsToMillis(r.Delay)

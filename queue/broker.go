@@ -79,6 +79,11 @@ type Broker struct {
 	// failedCursor is, per queue, the last position GETJOB looked at while
 	// the store was failed (deliverWhileFailedLocked).
 	failedCursor map[string]storage.QueuePos
+	// fedWaiting: the queues blocked clients were added to since Tick last
+	// looked (federation.go, needJobsForWaitersLocked), and fedScan when
+	// it did (Unix ms).
+	fedWaiting map[*queueState]struct{}
+	fedScan    int64
 
 	wake chan struct{} // tells the timer loop that an earlier event exists
 	stop chan struct{}
@@ -98,6 +103,9 @@ type queueState struct {
 	// read (markUnreadableLocked): refills pass them over until they leave
 	// the queue. nil while there are none.
 	unreadable map[string]struct{}
+	// fed is the queue's federation state (NEEDJOBS pacing, sources,
+	// import rate: federation.go); nil until it first asks or imports.
+	fed *federation
 }
 
 // Stats are the broker's counters (INFO).

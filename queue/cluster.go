@@ -23,8 +23,10 @@ type Cluster interface {
 	ReachablePeers() int
 	// Replicate sends each job (in state wait-repl here) to Job.Repl−1
 	// other nodes and returns once each is confirmed (GOTJOB from enough
-	// nodes) or its deadline passed; then it has deleted (DELJOB) the
-	// copies sent. One call carries every synchronous job of one add
+	// nodes) or its deadline passed. A job that timed out after a copy
+	// was sent (Nodes longer than this node) the broker then acks here
+	// and hands to Acked, whose collection deletes the copies, retried;
+	// one sent nowhere it deletes. One call carries every synchronous job of one add
 	// batch, so pipelined ADDJOBs share REPLJOB messages. res[i] is job
 	// i's outcome.
 	Replicate(jobs []Replication) []ReplicationResult
@@ -59,6 +61,11 @@ type Cluster interface {
 	// Paused sends a queue's pause state to every other node (PAUSE …
 	// BCAST); they apply it and send it on to nobody.
 	Paused(queue string, p storage.PauseState)
+	// NeedJobs asks other nodes for jobs of queues empty here (NEEDJOBS;
+	// federation.go paces them): each request to its Nodes, or with Nodes
+	// nil to every reachable node. A node that is leaving the cluster
+	// sends none. The jobs arrive through RemoteYourJobs.
+	NeedJobs(reqs []NeedJobsRequest)
 }
 
 // AsyncPlanner is optional for a Cluster (package replication's has it):
@@ -116,8 +123,8 @@ type ReplicationResult struct {
 }
 
 // ErrReplTimeout: the ADDJOB's ms-timeout (or the job's TTL) passed before
-// enough nodes confirmed a copy; the job was deleted here and on the nodes
-// it was sent to.
+// enough nodes confirmed a copy; the job is deleted here and on the nodes
+// it was sent to (an ack collection, when a copy was sent).
 var ErrReplTimeout = errors.New("queue: timeout reached before replicating to the requested number of nodes")
 
 // loneNode is the Cluster of a node alone: no peer to send to, so the
@@ -137,6 +144,7 @@ func (loneNode) WillQueue([]*storage.Job)                     {}
 func (loneNode) Queued([]QueuedJob)                           {}
 func (loneNode) Working([]*storage.Job)                       {}
 func (loneNode) Paused(string, storage.PauseState)            {}
+func (loneNode) NeedJobs([]NeedJobsRequest)                   {}
 
 // DefaultReplicate is the REPLICATE of an ADDJOB that gave none:
 // min(3, nodes known, this one included).

@@ -95,10 +95,16 @@
 // call (so pipelined ADDJOBs share REPLJOB messages as they share a group
 // commit); then, under Broker.mu again, each confirmed job gets its nodes
 // (storage's NODES record: wait-repl → active) and is queued, or left for
-// its DELAY; one not confirmed by min(ms-timeout, TTL) is deleted here
-// (the cluster deleted the copies it sent) and its ADDJOB fails with
-// ErrReplTimeout. Fewer than n−1 reachable peers at the start is ErrNoRepl,
-// and nothing is stored. An ASYNC job's node list must be stored before a
+// its DELAY. With a cluster that is a SyncPlanner (replication's), the
+// nodes its first REPLJOBs go to are chosen before the round takes
+// Broker.mu and the job is stored in wait-repl with them: confirmed by
+// those, it is queued by its QUEUE record alone (no NODES). One not
+// confirmed by min(ms-timeout, TTL) fails its ADDJOB with ErrReplTimeout
+// and is deleted here — or, if a copy was sent, acked here with its node
+// list and handed to Cluster.Acked, whose collection (retried, resumed
+// after a restart) deletes every copy and then it: a copy left alive
+// would be requeued, a failed job delivered. Fewer than n−1 reachable
+// peers at the start is ErrNoRepl, and nothing is stored. An ASYNC job's node list must be stored before a
 // consumer can see it: queued while its list said no other node held it,
 // it could be taken and acked and its copies never collected. With a
 // cluster that is an AsyncPlanner (replication's), its nodes are chosen
@@ -163,6 +169,34 @@
 // keeps its copy, and it is never dequeued by a smaller one, so one stays),
 // and a holder that dies leaves the others' timers running.
 //
+// Federation (federation.go, federation_remote.go). A GETJOB that finds
+// one of its queues empty here plans NEEDJOBS for it under Broker.mu (the
+// queue's federation state: Disque's pacing, its sources and import rate,
+// kept in its queueState, so bounded by the queues known and dropped with
+// the queue by the sweep; time is an argument) and hands them to
+// Cluster.NeedJobs once the lock is released; so do Tick, at most every
+// 25 ms, for the queues blocked clients wait on (recorded when they
+// block), and RemoteYourJobs, which returns them, when the jobs it queued
+// were all taken by waiting clients at once. A queue paused in or out
+// asks nothing, and a GETJOB with GetRequest.Leaving asks nothing and
+// fails with ErrLeaving where it would block. RemoteNeedJobs is the
+// giver: from a queue non-empty, not paused out and not importing (its
+// import rate 0), it delivers up to the count asked (at most half a queue
+// shorter than twice the count, at least 1) in one hold, as GETJOB
+// would — so a RETRY 0 job's delivery is fsynced — not counted as
+// deliveries, adds the asker to each at-least-once job's nodes in the
+// same hold, waits for durability, reads the bodies not yet durable,
+// then deletes the at-most-once ones (already unrequeueable: delivered)
+// and returns them all; an at-least-once one stays active here with its
+// requeue timer. RemoteYourJobs queues what arrives, in one batch and
+// one durability wait: a new job is added (active, its ctime, TTL,
+// RETRY, counters and nodes, this node among them; an at-most-once one
+// with this node alone) and queued; a known active at-least-once copy
+// learns the nodes and counters and is queued; anything else (queued,
+// acked, at-most-once already here) is left as it is, so an at-most-once
+// job is queued once. A consumer is served an imported job only after
+// its add, which precedes its delivery in the log, is durable.
+//
 // # Time
 //
 // Options.Now is the only clock. Run reads it to drive the timers; Tick
@@ -182,7 +216,9 @@
 // durability wait. Head and Wheel are not safe for concurrent use;
 // the broker guards them. Concurrent AddJobs calls are merged: the calls
 // waiting while one round is applied become the next round, one store batch
-// of up to 1024 jobs (add.go, addCombiner); a call returns only once its own
+// of up to 1024 jobs (add.go, addCombiner), and a call that finds no round
+// running yields once (runtime.Gosched) before it leads one, so the adds
+// other connections are about to make join it; a call returns only once its own
 // jobs are durable, so the merge changes batching, never what a client is
 // told.
 package queue

@@ -17,6 +17,10 @@ type GetRequest struct {
 	Count   int           // ≥ 1
 	NoHang  bool          // return at once when nothing is queued
 	Timeout time.Duration // how long to block; 0 = until ctx ends
+	// Leaving: this node is leaving the cluster. A GETJOB that finds
+	// nothing fails with ErrLeaving instead of blocking (NoHang still
+	// answers nil), and asks no other node for jobs (federation.go).
+	Leaving bool
 }
 
 // Delivered is one job handed to a consumer.
@@ -59,6 +63,9 @@ type delivery struct {
 	bytes int64
 	more  bool
 	next  int
+	// jobs are out's jobs as delivered, in out's order, for a take that
+	// moves them to another node (take.moved: RemoteNeedJobs).
+	jobs []*storage.Job
 }
 
 // join appends the jobs of a later chunk, o, to d.
@@ -68,6 +75,7 @@ func (d *delivery) join(o delivery) {
 		d.lateAt = append(d.lateAt, len(d.out)+o.lateAt[k])
 	}
 	d.out = append(d.out, o.out...)
+	d.jobs = append(d.jobs, o.jobs...)
 	d.pending = d.pending.Join(o.pending)
 	d.bytes += o.bytes
 	d.more, d.next = o.more, o.next
@@ -102,6 +110,9 @@ type take struct {
 	bytes int64 // whose replyCost sums to at most this, but for a first job
 	first bool  // nothing delivered yet to this GETJOB: take a first job whatever its cost
 	start int   // the queue the first pass starts at (index among the unpaused), for the round-robin across chunks
+	// moved: the jobs go to another node (a NEEDJOBS), not to a consumer:
+	// not counted in Stats.JobsDelivered, and returned in delivery.jobs.
+	moved bool
 }
 
 // GetJobs delivers up to Count jobs (at most MaxGetCount and MaxGetBytes)
@@ -128,12 +139,20 @@ func (b *Broker) GetJobs(ctx context.Context, req GetRequest) ([]Delivered, erro
 	start := time.Now() // for sizing chunks only
 	first := b.firstTake(count)
 	got, err := b.deliverLocked(req.Queues, first, now)
-	if err != nil || len(got.out) > 0 || req.NoHang {
+	var need []NeedJobsRequest
+	if err == nil {
+		need = b.needJobsAfterGetLocked(req.Queues, got.out, req.Leaving, now)
+	}
+	if err != nil || len(got.out) > 0 || req.NoHang || req.Leaving {
 		hold := time.Since(start)
 		b.mu.Unlock()
 		b.holdDone(len(got.out))
+		b.sendNeedJobs(need)
 		if err != nil {
 			return nil, err
+		}
+		if len(got.out) == 0 && !req.NoHang {
+			return nil, ErrLeaving // Disque's -LEAVING: do not block here
 		}
 		b.deliverMore(&got, req.Queues, count, nextChunk(first.count, len(got.out), hold, b.getChunk))
 		return b.finish(got)
@@ -142,9 +161,11 @@ func (b *Broker) GetJobs(ctx context.Context, req GetRequest) ([]Delivered, erro
 	for _, name := range req.Queues {
 		q := b.queueLocked(name, now)
 		q.waiters = append(q.waiters, w)
+		b.noteWaitingLocked(q)
 	}
 	b.stats.BlockedClients++
 	b.mu.Unlock()
+	b.sendNeedJobs(need)
 
 	var timeout <-chan time.Time
 	if req.Timeout > 0 {
@@ -449,7 +470,11 @@ func (b *Broker) deliverLocked(names []string, t take, now int64) (delivery, err
 			q := cands[i].q
 			q.jobsOut++
 			q.atime = now
-			b.stats.JobsDelivered++
+			if t.moved {
+				d.jobs = append(d.jobs, r.Job)
+			} else {
+				b.stats.JobsDelivered++
+			}
 			b.syncTimersLocked(r.Job.ID, r.Job)
 			j := r.Job
 			if jobs[i].BodyLSN >= durable {

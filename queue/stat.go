@@ -18,6 +18,11 @@ type QueueStat struct {
 	// and delivered since the broker first saw the queue.
 	JobsIn, JobsOut int64
 	Pause           storage.PauseState
+	// ImportFrom are the nodes that sent jobs of the queue here in the
+	// last 5 s (federation's sources), sorted; ImportRate the jobs per
+	// second imported lately (federation.go).
+	ImportFrom []string
+	ImportRate int64
 }
 
 // QueueStat returns the queue's statistics, or false when there is no such
@@ -42,6 +47,11 @@ func (b *Broker) QueueStat(name string) (QueueStat, bool) {
 			blocked++
 		}
 	}
+	var from []string
+	var rate int64
+	if q.fed != nil {
+		from, rate = q.fed.validSources(now), q.fed.importRate(now)
+	}
 	return QueueStat{
 		Name:    name,
 		Len:     n,
@@ -51,6 +61,9 @@ func (b *Broker) QueueStat(name string) (QueueStat, bool) {
 		JobsIn:  q.jobsIn,
 		JobsOut: q.jobsOut,
 		Pause:   pause,
+
+		ImportFrom: from,
+		ImportRate: rate,
 	}, true
 }
 

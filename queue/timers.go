@@ -107,6 +107,14 @@ func (b *Broker) Tick(now int64) error {
 	limit := b.fireChunk
 	// Read outside Broker.mu, as every call to the cluster.
 	clustered := b.Clustered()
+	// Blocked GETJOBs keep asking other nodes for jobs (federation.go).
+	b.mu.Lock()
+	var need []NeedJobsRequest
+	if !b.closed {
+		need = b.needJobsForWaitersLocked(now)
+	}
+	b.mu.Unlock()
+	b.sendNeedJobs(need)
 	for {
 		fired, more, hold, pending, notes, err := b.tickChunk(now, limit, clustered)
 		if err != nil {

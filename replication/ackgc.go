@@ -60,9 +60,29 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 		mayhave []int
 	}
 	per := map[string]*setAcks{}
+	known := map[string]bool{}
+	for _, n := range j.cfg.Peers.Nodes() {
+		known[n.ID] = true
+	}
+	var done []string
+	dels := map[string][]string{}
 	j.mu.Lock()
 	for id, gc := range j.acks {
 		if now.Before(gc.next) {
+			continue
+		}
+		if j.forgetTargetsLocked(gc, known) {
+			// Every node left to confirm was forgotten (CLUSTER FORGET):
+			// nobody will answer, and a forgotten node's copy is its own.
+			delete(j.acks, id)
+			if !gc.dummy {
+				done = append(done, id)
+				for _, n := range gc.targets {
+					if known[n] {
+						dels[n] = append(dels[n], id)
+					}
+				}
+			}
 			continue
 		}
 		for _, n := range gc.targets {
@@ -87,7 +107,30 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 	if sent > 0 {
 		j.count(func(s *JobsStats) { s.SetAcksSent += int64(sent) })
 	}
+	j.sendDelJobs(dels)
+	if b := j.bound.Load(); b != nil && len(done) > 0 {
+		if _, err := b.DelJob(done); err != nil {
+			j.log.Warn("replication: deleting collected jobs", "jobs", len(done), "err", err)
+		}
+	}
 	return sent
+}
+
+// forgetTargetsLocked counts the targets of gc that are no longer known
+// (forgotten) as confirmed, and reports whether every target now is. With
+// known empty (no membership answer) nothing is forgotten.
+func (j *Jobs) forgetTargetsLocked(gc *ackGC, known map[string]bool) bool {
+	if len(known) == 0 {
+		return false
+	}
+	all := true
+	for _, n := range gc.targets {
+		if !gc.confirmed[n] && !known[n] {
+			gc.confirmed[n] = true
+		}
+		all = all && gc.confirmed[n]
+	}
+	return all
 }
 
 // ackBackoff is the wait after SETACK round retries (0 = the first):
@@ -203,8 +246,9 @@ func (j *Jobs) FastAcked(jobs []*storage.Job, unknown []string) {
 }
 
 // resume restarts what a restart interrupted: the collection of every
-// acked job on disk, and the end of every job left in wait-repl (deleted
-// here, DELJOB to every node: its ADDJOB was never answered).
+// acked job on disk, and the end of every job left in wait-repl (its
+// ADDJOB was never answered): deleted here, and a dummy ack collected
+// from every node in its place.
 func (j *Jobs) resume() error {
 	var acked []*storage.Job
 	var waiting []string
@@ -229,14 +273,33 @@ func (j *Jobs) resume() error {
 		after = page[len(page)-1].ID
 	}
 	if len(waiting) > 0 {
+		// Where their copies went is not recorded: each leaves a dummy
+		// ack (durable, as the ACKJOB of an unknown id does), whose
+		// collection asks every node, retried, and leaves the job's to
+		// a holder. A DELJOB to every node, once, could be lost, and the
+		// copy requeued. An at-most-once job leaves none (RemoteSetAck):
+		// its copies are never requeued, so a DELJOB suffices.
 		if _, err := j.broker.DelJob(waiting); err != nil {
 			return err
 		}
-		per := map[string][]string{}
-		for _, n := range j.otherIDs() {
-			per[n] = waiting
+		if _, err := j.broker.RemoteSetAck(waiting); err != nil {
+			return err
 		}
-		j.sendDelJobs(per)
+		var once []string
+		for _, id := range waiting {
+			if job, err := st.Job(id); err == nil && job.IsDummyAck() {
+				acked = append(acked, job)
+			} else {
+				once = append(once, id)
+			}
+		}
+		if len(once) > 0 {
+			per := map[string][]string{}
+			for _, n := range j.otherIDs() {
+				per[n] = once
+			}
+			j.sendDelJobs(per)
+		}
 	}
 	if len(acked) > 0 {
 		j.log.Info("replication: resuming the collection of acked jobs", "jobs", len(acked))

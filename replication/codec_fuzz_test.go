@@ -24,6 +24,10 @@ func FuzzDecodePayloads(f *testing.F) {
 	f.Add(encodeQueued([]queue.RemoteQueuedJob{{ID: id, Bump: queue.BumpNacks}, {ID: id}}))
 	f.Add(encodePause("q", storage.PauseAll))
 	f.Add([]byte{1, 4, 1, 'q'})
+	f.Add(encodeNeedJobs("q", 5))
+	moved := *job
+	moved.Nacks, moved.AdditionalDeliveries = 2, 3
+	f.Add(encodeYourJobs([]queue.Replica{{Job: &moved, Body: []byte("body")}}))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		if noReply, jobs, err := decodeReplJobs(p); err == nil {
 			enc := encodeReplJobs(noReply, jobs)
@@ -55,6 +59,18 @@ func FuzzDecodePayloads(f *testing.F) {
 		if name, state, err := decodePause(p); err == nil {
 			if n2, s2, err := decodePause(encodePause(name, state)); err != nil || n2 != name || s2 != state || state > storage.PauseAll {
 				t.Fatalf("PAUSE round trip: %x: %v", p, err)
+			}
+		}
+		if name, count, err := decodeNeedJobs(p); err == nil {
+			if n2, c2, err := decodeNeedJobs(encodeNeedJobs(name, count)); err != nil || n2 != name || c2 != count || count < 1 {
+				t.Fatalf("NEEDJOBS round trip: %x: %v", p, err)
+			}
+		}
+		if jobs, err := decodeYourJobs(p); err == nil {
+			enc := encodeYourJobs(jobs)
+			jobs2, err := decodeYourJobs(enc)
+			if err != nil || string(encodeYourJobs(jobs2)) != string(enc) {
+				t.Fatalf("YOURJOBS round trip: %x → %x: %v", p, enc, err)
 			}
 		}
 	})

@@ -10,6 +10,20 @@
 // KindGossipStream, KindGossipPacket); PortMux hands it to the handler for
 // that byte and closes connections that name none.
 //
+// Addresses. What peers are told (the bus address in the gossiped metadata
+// and memberlist's, so the one they dial) is the address the bus port
+// listens on, unless MembershipConfig.AdvertiseBus names another: a node
+// behind NAT, a port forward or a fault proxy (the daemon's
+// cluster-announce-ip and cluster-announce-bus-port). Nothing checks a
+// connection's remote address against it: the handshake identifies a job
+// link's peer by id, a packet connection names its sender's advertised
+// address, memberlist's messages their own. Every connection this node
+// dials (job links, gossip packets and streams, dial_source.go) leaves
+// from TCPConfig.SourceAddr / MembershipConfig.SourceAddr when set (the
+// daemon's bind-source-addr, or its bind when that is one IP), so a peer,
+// or a proxy in front of one (internal/faultproxy), can tell nodes apart
+// by the source of their connections.
+//
 // # Membership
 //
 // Membership (membership.go) is memberlist (SWIM) over the bus port: a
@@ -93,7 +107,12 @@
 // true while the sending link to id is handshaken and not broken. An
 // acceptor keeps one reader per peer: a new link from the same node closes
 // the old one and waits for its reader, so the Handler sees one peer's
-// messages from one goroutine, in order.
+// messages from one goroutine, in order. With a BatchHandler
+// (TCPConfig.BatchHandler; MemNetwork.JoinBatch) the reader hands over,
+// with each frame, the frames already whole in its read buffer — at most
+// 256, no more once 1 MiB of payload is taken, never waiting for more —
+// so a receiver can apply a run of them as one; a malformed frame among
+// them ends the link after the good ones before it are delivered.
 //
 // Send copies the message onto the link's queue (never waiting for the
 // network: it may be called under the broker's locks); the link's writer
@@ -164,7 +183,11 @@
 //     whose bus link is up (Transport.Connected: Disque's "no link, no
 //     party"), chosen at random, one message per node carrying every job
 //     of the broker's add batch it gets; each job's node list is the
-//     origin and the nodes it was sent to. Every 50 ms while a job is
+//     origin and the nodes it was sent to. Jobs is a queue.SyncPlanner:
+//     SyncNodes chooses those first nodes before the origin stores the
+//     job, so it is stored (wait-repl) with them, and once they confirmed
+//     one QUEUE record queues it (a node added later is recorded by a
+//     node-list record as before). Every 50 ms while a job is
 //     short, the REPLJOB again to the nodes that did not answer (so a node
 //     whose link came back gets it), and one more node once the answers
 //     are late: after max(50 ms, twice the average REPLJOB round trip),
@@ -175,8 +198,18 @@
 //     a per-sender confirmer waits for their durability per its fsync
 //     policy and answers GOTJOB for every REPLJOB applied meanwhile in one
 //     message (the link goes on applying: the REPLJOBs share the AOF
-//     write; Close waits for the confirmers). At the job's deadline,
-//     DELJOB to every node it was sent to.
+//     write; Close waits for the confirmers). Consecutive REPLJOBs a link
+//     read together (HandleBatch, the daemon's BatchHandler) are applied
+//     as one ReplicaApply: one store commit, one entry for the confirmer;
+//     a malformed one among them is dropped alone, a refused copy gets no
+//     GOTJOB alone. No GOTJOB is sent for a copy before its durability
+//     wait returned. At the job's deadline the
+//     broker acks a job sent anywhere (its node list recorded) and Acked
+//     collects it: SETACK until every node it was sent to confirmed, then
+//     DELJOB, retried and resumed after a restart like any ack — one
+//     DELJOB, lost, left a copy to be requeued, delivering a job its
+//     client was told failed (Disque sends one DELJOB). An external
+//     replication, stored nowhere here, still sends one DELJOB.
 //   - ReplicateAsync: the same REPLJOB flagged no-reply, not waited for;
 //     the origin queues the job once it has recorded where they went.
 //     Jobs is also a queue.AsyncPlanner: AsyncNodes chooses an ASYNC job's
@@ -196,9 +229,12 @@
 //     the job leaves the collection to it and goes; so does one that every
 //     node answered without knowing the job (no copy is left anywhere). A DELJOB for a job
 //     being collected here too ends that collection with DELJOB to its
-//     targets (clearing the dummy acks its SETACKs left). Start resumes the collection of every
-//     acked job on disk, and deletes the jobs a restart left in wait-repl
-//     (their ADDJOB was never answered; DELJOB to every node).
+//     targets (clearing the dummy acks its SETACKs left). A target no
+//     longer known (forgotten) counts as confirmed at the next round.
+//     Start resumes the collection of every acked job on disk, and
+//     deletes the jobs a restart left in wait-repl (their ADDJOB was never
+//     answered), each leaving a dummy ack collected from every node (an
+//     at-most-once one: DELJOB to every node, its copies never requeue).
 //   - FastAcked: DELJOB to the job's holders (every node for an id unknown
 //     here), no confirmation.
 //   - WillQueue, Queued, Working (jobs_queueing.go): WILLQUEUE, QUEUED
@@ -221,9 +257,24 @@
 //     queues a copy that is active and undelivered
 //     (queue.Broker.RemoteEnqueue). A lost ENQUEUE leaves the copies to
 //     requeue at their RETRY.
+//   - Federation (jobs_federation.go, jobs_federation_codec.go,
+//     queue.Cluster.NeedJobs): NEEDJOBS (queue, count) to the nodes the
+//     broker names, or to every reachable node (leaving ones included:
+//     that is how a leaving node is drained) for a broadcast; none from a
+//     node that is leaving. A receiver answers them off the link's
+//     goroutine, one goroutine per asker at a time (a NEEDJOBS repeated
+//     meanwhile is answered once), so they wait neither for nor behind the
+//     asker's SETACKs and DELJOBs, and only while its link back to the
+//     asker is up: queue.Broker.RemoteNeedJobs takes the jobs
+//     (durably) and one YOURJOBS carries them, with their counters and
+//     node lists, to the asker, which queues them
+//     (queue.Broker.RemoteYourJobs) and sends at once the NEEDJOBS that
+//     returns. A lost YOURJOBS leaves the giver's at-least-once copies to
+//     requeue after their RETRY; an at-most-once job is then lost, never
+//     delivered twice.
 //
 // Jobs.mu is a leaf: it is never held across a broker call, a Send or a
 // wait. The broker never calls Jobs under its own locks, and Jobs calls the
 // broker only from Replicate's caller, the links' handlers and the
-// ack-retry loop. Not built yet: NEEDJOBS/YOURJOBS (federation).
+// ack-retry loop.
 package replication

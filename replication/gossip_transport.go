@@ -2,12 +2,14 @@ package replication
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -39,6 +41,7 @@ import (
 // gossipShim whose Shutdown does not close the shared transport.
 type gossipTransport struct {
 	advertise *net.TCPAddr
+	src       netip.Addr // source address of our dials (zero: the OS's choice)
 	log       *slog.Logger
 
 	packetCh chan *memberlist.Packet
@@ -56,6 +59,9 @@ type gossipTransport struct {
 	heard func(addr string)
 
 	sent, received atomic.Int64 // packets and streams
+
+	// idle is packetIdle (tests shorten it).
+	idle time.Duration
 }
 
 const (
@@ -76,15 +82,17 @@ const (
 	packetWriteTimeout = 2 * time.Second
 )
 
-func newGossipTransport(mux *PortMux, advertise *net.TCPAddr, log *slog.Logger) *gossipTransport {
+func newGossipTransport(mux *PortMux, advertise *net.TCPAddr, src netip.Addr, log *slog.Logger) *gossipTransport {
 	t := &gossipTransport{
 		advertise: advertise,
+		src:       src,
 		log:       log,
 		packetCh:  make(chan *memberlist.Packet, 64),
 		streamCh:  make(chan net.Conn),
 		done:      make(chan struct{}),
 		writers:   map[string]*packetWriter{},
 		inbound:   map[net.Conn]struct{}{},
+		idle:      packetIdle,
 	}
 	mux.Handle(KindGossipStream, t.acceptStream)
 	mux.Handle(KindGossipPacket, t.acceptPackets)
@@ -129,8 +137,8 @@ func (t *gossipTransport) acceptPackets(c net.Conn) {
 		return
 	}
 	c.SetReadDeadline(time.Time{})
-	from, err := net.ResolveTCPAddr("tcp", string(addrBuf))
-	if err != nil || from.IP == nil {
+	from, err := parsePeerAddr(string(addrBuf)) // a name is refused, not looked up
+	if err != nil {
 		t.log.Debug("replication: a gossip packet connection names no address; closed",
 			"remote", c.RemoteAddr().String())
 		return
@@ -180,8 +188,12 @@ func (t *gossipTransport) sendPacket(b []byte, addr string) error {
 		t.wg.Add(1)
 		go w.run()
 	}
-	t.mu.Unlock()
 	pkt := append([]byte(nil), b...) // memberlist may reuse b
+	// Queued under mu: an idle writer leaves (and is forgotten) under mu
+	// only when its queue is empty. Queued after the unlock, a packet
+	// could land in the queue of a writer that had just left: lost,
+	// though counted sent.
+	defer t.mu.Unlock()
 	select {
 	case w.queue <- pkt:
 		t.sent.Add(1)
@@ -203,7 +215,7 @@ func (w *packetWriter) run() {
 	var conn net.Conn
 	var bw *bufio.Writer
 	var backoffUntil time.Time
-	idle := time.NewTimer(packetIdle)
+	idle := time.NewTimer(w.t.idle)
 	defer func() {
 		idle.Stop()
 		if conn != nil {
@@ -224,10 +236,10 @@ func (w *packetWriter) run() {
 				return
 			}
 			w.t.mu.Unlock()
-			idle.Reset(packetIdle)
+			idle.Reset(w.t.idle)
 			continue
 		}
-		idle.Reset(packetIdle)
+		idle.Reset(w.t.idle)
 		if conn == nil {
 			if time.Now().Before(backoffUntil) {
 				continue // dropped
@@ -262,7 +274,7 @@ func (w *packetWriter) run() {
 }
 
 func (w *packetWriter) dial() (net.Conn, error) {
-	c, err := DialKind(w.addr, KindGossipPacket, gossipDialTimeout)
+	c, err := dialKindFrom(context.Background(), w.t.src, w.addr, KindGossipPacket, gossipDialTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +299,7 @@ func writeFrame(w *bufio.Writer, pkt []byte) error {
 }
 
 func (t *gossipTransport) dialStream(addr string, timeout time.Duration) (net.Conn, error) {
-	c, err := DialKind(addr, KindGossipStream, timeout)
+	c, err := dialKindFrom(context.Background(), t.src, addr, KindGossipStream, timeout)
 	if err == nil {
 		t.sent.Add(1)
 	}

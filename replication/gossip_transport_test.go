@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"io"
 	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -15,7 +18,7 @@ func gossipPair(b testing.TB) (*gossipTransport, *PortMux) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gt := newGossipTransport(mux, mux.Addr(), log)
+	gt := newGossipTransport(mux, mux.Addr(), netip.Addr{}, log)
 	done := make(chan struct{})
 	go func() { mux.Serve(); close(done) }()
 	b.Cleanup(func() { mux.Close(); gt.close(); <-done })
@@ -94,5 +97,43 @@ func BenchmarkGossipPacketConnPerPacket(b *testing.B) {
 		w.Flush()
 		<-gt.packetCh
 		c.Close()
+	}
+}
+
+// TestGossipPacketNotLostToAWriterLeaving: packets sent while their
+// peer's writer leaves for idleness all arrive. sendPacket queued a packet
+// after releasing the lock, so it could land in the queue of a writer
+// that had just checked its queue empty and left: lost, counted sent.
+func TestGossipPacketNotLostToAWriterLeaving(t *testing.T) {
+	gt, mux := gossipPair(t)
+	gt.idle = 20 * time.Microsecond // writers leave between almost every packet
+	addr := mux.Addr().String()
+	var got atomic.Int64
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-gt.packetCh:
+				got.Add(1)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	for i := range 3000 {
+		if err := gt.sendPacket([]byte{byte(i)}, addr); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 { // gaps of about the idle time: the leave races the next send
+			time.Sleep(time.Duration(rand.IntN(40)) * time.Microsecond)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for got.Load() != gt.sent.Load() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d packets sent, %d arrived", gt.sent.Load(), got.Load())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -72,6 +72,9 @@ type Jobs struct {
 	// replRTT is a moving average of the REPLJOB→GOTJOB round trip (ms),
 	// which paces the nodes a short replication adds.
 	replRTT atomic.Int64
+	// rtt is the same round trips' histogram, for their p99
+	// (jobs_observe.go).
+	rtt rttHistogram
 
 	// mu guards the maps below. It is a leaf: never held across a broker
 	// call, a transport Send or a wait.
@@ -88,6 +91,9 @@ type Jobs struct {
 	closed     bool
 	stats      JobsStats
 
+	// givers: the NEEDJOBS being answered, per asker (jobs_federation.go).
+	givers givers
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -103,6 +109,10 @@ type JobsStats struct {
 	EnqueuesSent, EnqueuesReceived int64
 	BadPayloads                    int64 // messages dropped as malformed
 	PendingAcks, PendingRepl       int   // now
+
+	// Federation (jobs_federation.go): NEEDJOBS messages sent, and jobs
+	// moved by YOURJOBS each way.
+	NeedJobsSent, YourJobsSent, YourJobsReceived int64
 }
 
 // pendingRepl is one job of a Replicate call.
@@ -132,6 +142,7 @@ type ackGC struct {
 var (
 	_ queue.Cluster      = (*Jobs)(nil)
 	_ queue.AsyncPlanner = (*Jobs)(nil)
+	_ queue.SyncPlanner  = (*Jobs)(nil)
 )
 
 // self is this node's id: the broker's once Start bound it (CLUSTER RESET
@@ -172,7 +183,7 @@ func NewJobs(cfg JobsConfig) (*Jobs, error) {
 // Start binds the broker and the transport (whose handler is j.Handle),
 // resumes the work a restart left — the collection of every acked job on
 // disk, and the deletion of jobs left in wait-repl (their ADDJOB never
-// answered: DELJOB to every node) — and starts the ack-retry loop, even
+// answered: a dummy ack each, collected from every node) — and starts the ack-retry loop, even
 // when the resume fails (its error is returned).
 func (j *Jobs) Start(b *queue.Broker, t Transport) error {
 	j.mu.Lock()
@@ -220,6 +231,7 @@ func (j *Jobs) Close() error {
 		<-j.done
 	}
 	j.confirmers.Wait()
+	j.givers.running.Wait()
 	return nil
 }
 
@@ -312,8 +324,9 @@ func (j *Jobs) send(to string, typ MsgType, payload []byte) {
 // chosen at random (one message per node for all the call's jobs it gets);
 // every ResendInterval while a job is short, one more node, and the
 // REPLJOB again to the nodes that have not answered (a node whose link
-// came back gets it); at a job's deadline, DELJOB to every node it was
-// sent to.
+// came back gets it); at a job's deadline, its copies are deleted on every node it was
+// sent to (by the broker, which acks a job sent somewhere and has it
+// collected: Acked).
 func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 	return j.replicate(jobs, false)
 }
@@ -322,22 +335,40 @@ func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.ReplicationResult {
 	out := make([]queue.ReplicationResult, len(jobs))
 	wake := make(chan struct{}, 1)
-	reach := j.linkedIDs()
+	self := j.self()
+	now := j.nowMillis()
 	prs := make([]*pendingRepl, len(jobs))
+	short := false // a job has fewer planned nodes than it needs
+	for i, r := range jobs {
+		p := &pendingRepl{need: int(r.Job.Repl) - 1, confirmed: map[string]bool{}, wake: wake, external: external,
+			start: now, added: now}
+		if external {
+			p.need++
+		} else {
+			// The nodes planned when it was stored (SyncNodes) first.
+			for _, n := range r.Job.Nodes {
+				if n != self && len(p.sent) < p.need && !slices.Contains(p.sent, n) {
+					p.sent = append(p.sent, n)
+				}
+			}
+		}
+		short = short || len(p.sent) < p.need
+		prs[i] = p
+	}
+	var reach []string
+	if short {
+		reach = j.linkedIDs() // the rest at random, as SyncNodes would have
+		for _, p := range prs {
+			p.sent = append(p.sent, pick(reach, p.sent, p.need-len(p.sent))...)
+		}
+	}
 	j.mu.Lock()
 	if j.closed {
 		j.mu.Unlock()
 		return out
 	}
 	for i, r := range jobs {
-		p := &pendingRepl{need: int(r.Job.Repl) - 1, confirmed: map[string]bool{}, wake: wake, external: external}
-		if external {
-			p.need++
-		}
-		p.sent = pick(reach, nil, p.need)
-		p.start, p.added = j.nowMillis(), j.nowMillis()
-		prs[i] = p
-		j.repl[r.Job.ID] = p
+		j.repl[r.Job.ID] = prs[i]
 	}
 	j.mu.Unlock()
 	defer func() {
@@ -377,6 +408,12 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 			case closed || r.Deadline != 0 && now >= r.Deadline:
 				finished[i], left = true, left-1
 				out[i] = queue.ReplicationResult{Nodes: j.nodeList(p)}
+				if !external {
+					// The broker acks the job here and its collection
+					// (Acked) deletes the copies sent, retried until each
+					// node confirmed: a DELJOB alone may be lost.
+					continue
+				}
 				for _, n := range p.sent {
 					if dels == nil {
 						dels = map[string][]string{}
@@ -492,6 +529,18 @@ func (j *Jobs) ReplicateAsync(jobs []queue.Replication) [][]string {
 	}
 	j.sendRepl(jobs, nil, nodes, true)
 	return nodes
+}
+
+// SyncNodes implements queue.SyncPlanner: for each count, that many of
+// the nodes whose link is up now, chosen at random, as Replicate chooses
+// a job's first nodes when none were planned.
+func (j *Jobs) SyncNodes(need []int) [][]string {
+	linked := j.linkedIDs()
+	out := make([][]string, len(need))
+	for i, n := range need {
+		out[i] = pick(linked, nil, n)
+	}
+	return out
 }
 
 // AsyncNodes implements queue.AsyncPlanner: up to n reachable nodes,

@@ -26,7 +26,7 @@ func (p staticPeers) Nodes() []NodeInfo {
 	defer p.c.mu.Unlock()
 	var out []NodeInfo
 	for _, n := range p.c.ids {
-		out = append(out, NodeInfo{ID: n, Myself: n == p.self})
+		out = append(out, NodeInfo{ID: n, Myself: n == p.self, Leaving: p.c.leaving[n]})
 	}
 	return out
 }
@@ -63,9 +63,10 @@ type testCluster struct {
 	// now, if set, is every node's clock (broker and Jobs).
 	now func() time.Time
 
-	mu   sync.Mutex
-	ids  []string
-	down map[string]bool
+	mu      sync.Mutex
+	ids     []string
+	down    map[string]bool
+	leaving map[string]bool // CLUSTER LEAVING yes (jobs_federation_test.go)
 }
 
 func newTestCluster(t *testing.T, n int, ackTick time.Duration) *testCluster {
@@ -116,7 +117,7 @@ func (c *testCluster) open(nd *jobsNode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nd.tr = c.net.Join(nd.id, nd.jobs.Handle)
+	nd.tr = c.net.JoinBatch(nd.id, nd.jobs.HandleBatch) // as the daemon delivers them
 	nd.broker, err = queue.New(queue.Options{Store: st, Cluster: nd.jobs, Logger: quietLog(), Now: c.now})
 	if err != nil {
 		t.Fatal(err)

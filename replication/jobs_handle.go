@@ -64,11 +64,62 @@ func (j *Jobs) Handle(from string, m Message) {
 		}
 	case MsgEnqueue:
 		err = j.handleEnqueue(from, m.Payload)
+	case MsgNeedJobs:
+		err = j.handleNeedJobs(from, m.Payload)
+	case MsgYourJobs:
+		err = j.handleYourJobs(from, m.Payload)
 	}
 	if err != nil {
 		j.count(func(s *JobsStats) { s.BadPayloads++ })
 		j.log.Warn("replication: dropped a malformed message", "from", from, "type", m.Type, "bytes", len(m.Payload), "err", err)
 	}
+}
+
+// HandleBatch is the BatchHandler of the job protocol: the messages of
+// one sender its link read together, handled in order as Handle would
+// one by one — but a run of consecutive REPLJOBs is applied as one
+// (handleReplJobs): one store commit for all their copies, and one
+// GOTJOB for those of them that want an answer.
+func (j *Jobs) HandleBatch(from string, ms []Message) {
+	for i := 0; i < len(ms); {
+		k := i + 1
+		for ms[i].Type == MsgReplJob && k < len(ms) && ms[k].Type == MsgReplJob {
+			k++
+		}
+		if k-i == 1 {
+			j.Handle(from, ms[i])
+		} else {
+			j.handleReplJobRun(from, ms[i:k])
+		}
+		i = k
+	}
+}
+
+// handleReplJobRun is Handle for consecutive REPLJOBs of one sender: a
+// malformed one is dropped (logged and counted, as by Handle) and the
+// others are applied together.
+func (j *Jobs) handleReplJobRun(from string, ms []Message) {
+	j.mu.Lock()
+	ready := j.broker != nil && !j.closed
+	j.mu.Unlock()
+	if !ready {
+		return
+	}
+	var all []replJob
+	var noReply []bool // per job of all: its REPLJOB wants no GOTJOB
+	for _, m := range ms {
+		nr, jobs, err := decodeReplJobs(m.Payload)
+		if err != nil {
+			j.count(func(s *JobsStats) { s.BadPayloads++ })
+			j.log.Warn("replication: dropped a malformed message", "from", from, "type", m.Type, "bytes", len(m.Payload), "err", err)
+			continue
+		}
+		all = append(all, jobs...)
+		for range jobs {
+			noReply = append(noReply, nr)
+		}
+	}
+	j.applyReplJobs(from, all, noReply)
 }
 
 // handleReplJob stores the copies and answers GOTJOB for those durable
@@ -79,33 +130,45 @@ func (j *Jobs) Handle(from string, m Message) {
 // (confirmGotJobs), so the link goes on to the next REPLJOBs meanwhile
 // and they share the AOF write, and one GOTJOB answers them all.
 func (j *Jobs) handleReplJob(from string, p []byte) error {
-	noReply, jobs, err := decodeReplJobs(p)
+	nr, jobs, err := decodeReplJobs(p)
 	if err != nil {
 		return err
+	}
+	noReply := make([]bool, len(jobs))
+	for i := range noReply {
+		noReply[i] = nr
+	}
+	j.applyReplJobs(from, jobs, noReply)
+	return nil
+}
+
+// applyReplJobs applies copies in one ReplicaApply and hands the ids of
+// those applied whose REPLJOB wants an answer to the sender's confirmer.
+func (j *Jobs) applyReplJobs(from string, jobs []replJob, noReply []bool) {
+	if len(jobs) == 0 {
+		return
 	}
 	reps := make([]queue.Replica, len(jobs))
 	for i, r := range jobs {
 		reps[i] = queue.Replica{Job: r.Job, Body: r.Body}
 	}
 	errs, durable := j.broker.ReplicaApply(reps)
-	if noReply {
-		return nil
-	}
 	var ok []string
 	for i, e := range errs {
-		if e == nil {
-			ok = append(ok, jobs[i].Job.ID)
-		} else {
+		switch {
+		case e != nil:
 			j.log.Debug("replication: copy refused", "job", jobs[i].Job.ID, "from", from, "err", e)
+		case !noReply[i]:
+			ok = append(ok, jobs[i].Job.ID)
 		}
 	}
 	if len(ok) == 0 {
-		return nil
+		return
 	}
 	j.mu.Lock()
 	if j.closed {
 		j.mu.Unlock()
-		return nil // no GOTJOB: the sender tries again or gives up
+		return // no GOTJOB: the sender tries again or gives up
 	}
 	c := j.confirm[from]
 	if c == nil {
@@ -122,7 +185,6 @@ func (j *Jobs) handleReplJob(from string, p []byte) error {
 	if start {
 		go j.confirmGotJobs(from, c)
 	}
-	return nil
 }
 
 // gotJobConfirmer is the GOTJOBs owed to one sender: the copies its
@@ -188,6 +250,7 @@ func (j *Jobs) gotJobs(from string, ids []string) {
 			// One sample per message: an average over 8 answers.
 			old := j.replRTT.Load()
 			j.replRTT.Store(old + (max(now-p.start, 0)-old)/8)
+			j.rtt.observe(now - p.start)
 		}
 		p.confirmed[from] = true
 		if len(p.confirmed) >= p.need {

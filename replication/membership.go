@@ -7,6 +7,7 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -64,6 +65,14 @@ type MembershipConfig struct {
 	OnChange func(n NodeInfo, gone bool)
 	// ForgetBan is how long Forget keeps a node out; 0 = DefaultForgetBan.
 	ForgetBan time.Duration
+	// AdvertiseBus, if set, is the bus address ("ip:port") this node
+	// tells its peers, instead of the one Mux listens on: for a node
+	// behind NAT, a port forward or a fault proxy (the daemon's
+	// cluster-announce-ip and cluster-announce-bus-port).
+	AdvertiseBus string
+	// SourceAddr, if valid, is the source address of the gossip
+	// connections this node dials (dial_source.go).
+	SourceAddr netip.Addr
 }
 
 var (
@@ -147,6 +156,8 @@ type Membership struct {
 	bans      map[string]forgetBan
 	emitted   map[string]NodeInfo // what OnChange was last told
 	joining   bool                // a rejoin is running
+	// rejoinQueue: the bus addresses the running rejoin has yet to join.
+	rejoinQueue []string
 	// handshakes are the bus addresses of MEETs that failed, retried in
 	// the background until their deadline or until a node at that
 	// address is known (Disque's handshake nodes).
@@ -204,9 +215,17 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	if cfg.ForgetBan <= 0 {
 		cfg.ForgetBan = DefaultForgetBan
 	}
+	advertise := advertiseAddr(cfg.Mux.Addr(), cfg.ClientAddr)
+	if cfg.AdvertiseBus != "" {
+		ap, err := netip.ParseAddrPort(cfg.AdvertiseBus)
+		if err != nil || ap.Port() == 0 || ap.Addr().IsUnspecified() {
+			return nil, fmt.Errorf("%w: bus address to advertise %q: want a specific ip:port", ErrInvalidAddress, cfg.AdvertiseBus)
+		}
+		advertise = net.TCPAddrFromAddrPort(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+	}
 	m := &Membership{
 		log: logger, dir: cfg.Dir, started: time.Now().UnixMilli(), client: cfg.ClientAddr, secret: cfg.Secret, ban: cfg.ForgetBan,
-		advertise: advertiseAddr(cfg.Mux.Addr(), cfg.ClientAddr),
+		advertise: advertise,
 		onChange:  cfg.OnChange,
 		id:        cfg.ID, timeout: cfg.NodeTimeout, timings: timingsFor(cfg.NodeTimeout),
 		peers: map[string]*peerState{}, bans: map[string]forgetBan{}, emitted: map[string]NodeInfo{},
@@ -224,7 +243,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 			rejoin = append(rejoin, p.BusAddr)
 		}
 	}
-	m.gt = newGossipTransport(cfg.Mux, m.advertise, logger)
+	m.gt = newGossipTransport(cfg.Mux, m.advertise, cfg.SourceAddr, logger)
 	if cfg.Secret == "" {
 		// Without a secret anyone can claim any address anyway; with one,
 		// only what memberlist decrypted counts as a sign of life.
@@ -525,6 +544,7 @@ func (m *Membership) Reset(newID string) error {
 	}
 	m.peers, m.bans = map[string]*peerState{}, bans
 	m.handshakes = map[string]time.Time{}
+	m.rejoinQueue = nil // the old nodes' addresses
 	if newID != "" {
 		m.id = newID
 	}
@@ -747,7 +767,7 @@ func (m *Membership) probePeers() {
 	list := m.list
 	m.listMu.RUnlock()
 	for _, t := range targets {
-		addr, err := net.ResolveTCPAddr("tcp", t.bus)
+		addr, err := parsePeerAddr(t.bus) // never a DNS lookup
 		if err != nil {
 			m.pingDone(t.id, false)
 			continue
@@ -811,46 +831,70 @@ func (m *Membership) rejoinFailed() {
 	}
 }
 
-// startRejoin joins addrs on a goroutine (one at a time); afterwards every
-// pending peer memberlist still does not have is failed.
+// startRejoin joins addrs on a goroutine (one at a time); once no address
+// is left to join, every pending peer memberlist still does not have is
+// failed. Addresses given while a rejoin runs join its queue (they were
+// dropped: a recreated instance's rejoin of every peer, asked while the
+// old instance's ran, never happened, and its pending peers were failed),
+// and each join uses the memberlist instance current when it starts.
 func (m *Membership) startRejoin(addrs []string) {
 	m.mu.Lock()
-	if m.joining || m.closed {
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.rejoinQueue = append(m.rejoinQueue, addrs...)
+	if m.joining {
 		m.mu.Unlock()
 		return
 	}
 	m.joining = true
-	m.mu.Unlock()
+	// Under mu, with closed false: Close's wg.Wait cannot have begun.
 	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.listMu.RLock()
-		list := m.list
-		m.listMu.RUnlock()
-		slices.Sort(addrs)
-		for _, a := range slices.Compact(addrs) {
+	m.mu.Unlock()
+	go m.runRejoin()
+}
+
+// runRejoin is startRejoin's goroutine: it joins the queued addresses,
+// each once per batch, until the queue is empty.
+func (m *Membership) runRejoin() {
+	defer m.wg.Done()
+	for {
+		m.mu.Lock()
+		batch := m.rejoinQueue
+		m.rejoinQueue = nil
+		if len(batch) == 0 || m.closed {
+			m.joining = false
+			if !m.closed {
+				for _, p := range m.peers {
+					if p.pending && !p.inList {
+						p.pending, p.info.Failed = false, true
+						if p.pingSent.IsZero() {
+							p.pingSent = time.Now()
+						}
+					}
+				}
+				m.kickLocked()
+			}
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+		slices.Sort(batch)
+		for _, a := range slices.Compact(batch) {
 			select {
 			case <-m.done:
-				return
+				continue // the next turn ends the rejoin
 			default:
 			}
+			m.listMu.RLock()
+			list := m.list
+			m.listMu.RUnlock()
 			if _, err := list.Join([]string{a}); err != nil {
 				m.log.Debug("replication: rejoining a known node", "bus", a, "err", unwrapJoinError(err))
 			}
 		}
-		m.mu.Lock()
-		m.joining = false
-		for _, p := range m.peers {
-			if p.pending && !p.inList {
-				p.pending, p.info.Failed = false, true
-				if p.pingSent.IsZero() {
-					p.pingSent = time.Now()
-				}
-			}
-		}
-		m.kickLocked()
-		m.mu.Unlock()
-	}()
+	}
 }
 
 // markDirty schedules a nodes-file write.

@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"net"
+
 	"strconv"
 	"strings"
 	"time"
@@ -74,7 +74,9 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 		return nodeMeta{}, fmt.Errorf("replication: node metadata names a bad id %q", m.ID)
 	}
 	for _, a := range []string{m.ClientAddr, m.BusAddr} {
-		if _, _, err := net.SplitHostPort(a); err != nil {
+		// An ip:port, never a name: a name would be looked up (DNS) on
+		// a peer's say-so wherever the address is used.
+		if _, err := parsePeerAddr(a); err != nil {
 			return nodeMeta{}, fmt.Errorf("replication: node metadata has a bad address %q", a)
 		}
 	}

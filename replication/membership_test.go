@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -38,6 +39,10 @@ type nodeOpts struct {
 	ban     time.Duration
 	addr    string // listen address; "" = 127.0.0.1:0
 	warns   *warnRecorder
+	// advertise and source are MembershipConfig.AdvertiseBus and
+	// SourceAddr.
+	advertise string
+	source    netip.Addr
 }
 
 // warnRecorder is a slog.Handler keeping the messages at WARN and above.
@@ -121,6 +126,7 @@ func startNode(t *testing.T, id, dir string, o nodeOpts) *testNode {
 	n.m, err = NewMembership(MembershipConfig{
 		ID: id, Dir: dir, ClientAddr: client, Mux: n.mux, NodeTimeout: o.timeout,
 		Secret: o.secret, Logger: logger, ForgetBan: o.ban,
+		AdvertiseBus: o.advertise, SourceAddr: o.source,
 		OnChange: func(info NodeInfo, gone bool) {
 			n.mu.Lock()
 			defer n.mu.Unlock()

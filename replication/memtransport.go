@@ -26,7 +26,19 @@ const memLinkQueue = 4096
 
 // Join returns node id's transport; h receives what others send it.
 func (n *MemNetwork) Join(id string, h Handler) *MemTransport {
-	t := &MemTransport{net: n, id: id, handler: h, peers: map[string]bool{}, links: map[string]*memLink{}}
+	return n.join(&MemTransport{net: n, id: id, handler: h})
+}
+
+// JoinBatch is Join with a BatchHandler: the messages queued on a link
+// when its goroutine takes one are delivered with it, as the TCP reader
+// delivers the frames it has read together.
+func (n *MemNetwork) JoinBatch(id string, h BatchHandler) *MemTransport {
+	return n.join(&MemTransport{net: n, id: id, batch: h})
+}
+
+func (n *MemNetwork) join(t *MemTransport) *MemTransport {
+	id := t.id
+	t.peers, t.links = map[string]bool{}, map[string]*memLink{}
 	n.mu.Lock()
 	n.nodes[id] = t
 	n.mu.Unlock()
@@ -79,7 +91,8 @@ func (n *MemNetwork) reach(from, to string) *MemTransport {
 type MemTransport struct {
 	net     *MemNetwork
 	id      string
-	handler Handler
+	handler Handler      // one of handler and batch is set
+	batch   BatchHandler // (JoinBatch)
 
 	mu     sync.Mutex
 	peers  map[string]bool
@@ -158,15 +171,32 @@ func (t *MemTransport) drain(to string, l *memLink) {
 		case <-l.stop:
 			return
 		case m := <-l.ch:
+			batch := []Message{m}
+			bytes := len(m.Payload)
+		more:
+			for len(batch) < maxBatchMessages && bytes < maxBatchBytes {
+				select {
+				case m := <-l.ch:
+					batch, bytes = append(batch, m), bytes+len(m.Payload)
+				default:
+					break more
+				}
+			}
 			dst := t.net.reach(t.id, to)
 			if dst == nil {
 				continue
 			}
 			dst.mu.Lock()
-			dst.stats.MessagesReceived++
-			dst.stats.BytesReceived += int64(len(m.Payload)) + 1
+			dst.stats.MessagesReceived += int64(len(batch))
+			dst.stats.BytesReceived += int64(bytes + len(batch))
 			dst.mu.Unlock()
-			dst.handler(t.id, m)
+			if dst.batch != nil {
+				dst.batch(t.id, batch)
+				continue
+			}
+			for _, m := range batch {
+				dst.handler(t.id, m)
+			}
 		}
 	}
 }

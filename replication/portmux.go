@@ -1,11 +1,13 @@
 package replication
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 )
@@ -142,15 +144,5 @@ func (m *PortMux) Close() error {
 
 // DialKind connects to a bus port and says which protocol follows.
 func DialKind(addr string, kind byte, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", addr, timeout)
-	if err != nil {
-		return nil, err
-	}
-	c.SetWriteDeadline(time.Now().Add(timeout))
-	if _, err := c.Write([]byte{kind}); err != nil {
-		c.Close()
-		return nil, err
-	}
-	c.SetWriteDeadline(time.Time{})
-	return c, nil
+	return dialKindFrom(context.Background(), netip.Addr{}, addr, kind, timeout)
 }

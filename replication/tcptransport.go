@@ -1,12 +1,15 @@
 package replication
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,8 +26,16 @@ type TCPConfig struct {
 	Mux *PortMux
 	// Secret is cluster-secret: "" leaves the bus open (logged at start).
 	Secret string
-	// Handler receives every message from every peer (required).
+	// SourceAddr, if valid, is the source address of every link this
+	// transport dials (dial_source.go); the zero Addr lets the OS choose.
+	SourceAddr netip.Addr
+	// Handler receives every message from every peer (required unless
+	// BatchHandler is set).
 	Handler Handler
+	// BatchHandler, if set, receives the messages instead of Handler: the
+	// frames of a link already in its read buffer together (at least one;
+	// see BatchHandler).
+	BatchHandler BatchHandler
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 
@@ -61,8 +72,8 @@ func (c *TCPConfig) withDefaults() (TCPConfig, error) {
 		return o, fmt.Errorf("replication: TCPConfig.ID %q is not a node id", o.ID)
 	case o.Mux == nil:
 		return o, errors.New("replication: TCPConfig.Mux is required")
-	case o.Handler == nil:
-		return o, errors.New("replication: TCPConfig.Handler is required")
+	case o.Handler == nil && o.BatchHandler == nil:
+		return o, errors.New("replication: TCPConfig.Handler or BatchHandler is required")
 	case o.MaxFrame < 0 || o.QueueBytes < 0 || o.DialTimeout < 0 || o.HandshakeTimeout < 0 ||
 		o.WriteTimeout < 0 || o.BackoffMin < 0 || o.BackoffMax < 0:
 		return o, errors.New("replication: TCPConfig limits must not be negative")
@@ -343,22 +354,60 @@ func (t *TCPTransport) accept(c net.Conn) {
 		t.mu.Unlock()
 	}()
 
-	fr := &frameReader{r: newBufReader(c), maxFrame: t.cfg.MaxFrame}
+	br := newBufReader(c)
+	fr := &frameReader{r: br, maxFrame: t.cfg.MaxFrame}
+	ended := func(err error) {
+		if errors.Is(err, errMalformedFrame) {
+			t.lim.warn(t.log, "malformed:"+peer, "replication: malformed frame on a bus link; link closed",
+				"peer", peer, "remote", remote, "err", err)
+		} else if t.ctx.Err() == nil {
+			t.log.Debug("replication: inbound bus link ended", "peer", peer, "remote", remote, "err", err)
+		}
+	}
 	for {
 		m, wire, err := fr.readFrame()
 		if err != nil {
-			if errors.Is(err, errMalformedFrame) {
-				t.lim.warn(t.log, "malformed:"+peer, "replication: malformed frame on a bus link; link closed",
-					"peer", peer, "remote", remote, "err", err)
-			} else if t.ctx.Err() == nil {
-				t.log.Debug("replication: inbound bus link ended", "peer", peer, "remote", remote, "err", err)
-			}
+			ended(err)
 			return
 		}
 		t.stats.msgsRecv.Add(1)
 		t.stats.bytesRecv.Add(int64(wire))
-		t.cfg.Handler(peer, m)
+		if t.cfg.BatchHandler == nil {
+			t.cfg.Handler(peer, m)
+			continue
+		}
+		// The frames already read with this one go with it: reading them
+		// takes no system call and waits for nothing.
+		batch, bytes := []Message{m}, len(m.Payload)
+		for len(batch) < maxBatchMessages && bytes < maxBatchBytes && frameBuffered(br) {
+			m, wire, err = fr.readFrame()
+			if err != nil {
+				break // the good ones first; then the link ends
+			}
+			t.stats.msgsRecv.Add(1)
+			t.stats.bytesRecv.Add(int64(wire))
+			batch, bytes = append(batch, m), bytes+len(m.Payload)
+		}
+		t.cfg.BatchHandler(peer, batch)
+		if err != nil {
+			ended(err)
+			return
+		}
 	}
+}
+
+// frameBuffered reports whether br holds a whole frame already (its
+// header and as many bytes as the header announces), so that reading it
+// waits for nothing. A frame larger than the buffer never is.
+func frameBuffered(br *bufio.Reader) bool {
+	if br.Buffered() < frameHeaderLen {
+		return false
+	}
+	hdr, err := br.Peek(frameHeaderLen)
+	if err != nil {
+		return false
+	}
+	return uint64(br.Buffered()-frameHeaderLen) >= uint64(binary.BigEndian.Uint32(hdr[0:4]))
 }
 
 // logHandshakeError logs a failed handshake: refusals (a wrong secret, a

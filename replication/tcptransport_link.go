@@ -220,8 +220,7 @@ func (l *tcpLink) connect() (net.Conn, string, error) {
 	l.mu.Lock()
 	addr := l.addr
 	l.mu.Unlock()
-	d := net.Dialer{Timeout: l.t.cfg.DialTimeout, KeepAlive: 15 * time.Second}
-	c, err := d.DialContext(l.ctx, "tcp", addr)
+	c, err := sourceDialer(l.t.cfg.SourceAddr, l.t.cfg.DialTimeout).DialContext(l.ctx, "tcp", addr)
 	if err != nil {
 		return nil, addr, err
 	}

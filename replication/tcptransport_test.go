@@ -120,6 +120,14 @@ func (h *suiteTCPHarness) start(t *testing.T, id string, hd Handler) Transport {
 	return n.tr
 }
 
+func (h *suiteTCPHarness) startBatch(t *testing.T, id string, hd BatchHandler) Transport {
+	cfg := tcpTestConfig(id, h.secret, nil)
+	cfg.BatchHandler = hd
+	n := startTCPNode(t, cfg)
+	h.nodes[id] = n
+	return n.tr
+}
+
 func (h *suiteTCPHarness) stop(t *testing.T, id string) { h.nodes[id].close() }
 func (h *suiteTCPHarness) addr(id string) string        { return h.nodes[id].addr() }
 
@@ -278,6 +286,47 @@ func TestTCPTransportMalformedFrameClosesThatLinkOnly(t *testing.T) {
 	if !a.tr.Connected("node-b") {
 		t.Fatalf("the good link is down")
 	}
+}
+
+// TestTCPTransportBatchEndsAtAMalformedFrame: frames read together go to
+// the BatchHandler together; a malformed frame after good ones delivers
+// the good ones and closes that link only.
+func TestTCPTransportBatchEndsAtAMalformedFrame(t *testing.T) {
+	leakcheck.Check(t)
+	rb := newSuiteRecorder()
+	var mu sync.Mutex
+	var sizes []int
+	cfg := tcpTestConfig("node-b", "key", nil)
+	cfg.BatchHandler = func(from string, ms []Message) {
+		mu.Lock()
+		sizes = append(sizes, len(ms))
+		mu.Unlock()
+		for _, m := range ms {
+			rb.handle(from, m)
+		}
+	}
+	b := startTCPNode(t, cfg)
+	c := rawBusConn(t, b.addr(), "raw-a", "key")
+	var out []byte
+	for i := range 3 {
+		out = append(out, rawFrame(MsgGotJob, 0, []byte{byte('0' + i)}, nil)...)
+	}
+	out = append(out, rawFrame(MsgReplJob, 0, []byte("bad"), func(f []byte) { f[len(f)-1] ^= 1 })...)
+	out = append(out, rawFrame(MsgGotJob, 0, []byte("after"), nil)...)
+	if _, err := c.Write(out); err != nil { // one write: read in one go
+		t.Fatal(err)
+	}
+	waitClosed(t, c)
+	got := rb.waitFor(t, "raw-a", 3)
+	if len(got) != 3 || string(got[0].Payload) != "0" || string(got[2].Payload) != "2" {
+		t.Fatalf("received %d messages, want the 3 before the bad frame, in order", len(got))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 1 || sizes[0] != 3 {
+		t.Fatalf("batches %v, want the three frames of one read in one batch", sizes)
+	}
+	b.log.waitFor(t, "malformed frame", "link closed", "peer=raw-a")
 }
 
 func TestTCPTransportGarbageConnectionsClosed(t *testing.T) {

@@ -35,6 +35,24 @@ type Message struct {
 // cluster secret is set). The payload is the handler's to keep.
 type Handler func(from string, m Message)
 
+// BatchHandler is a Handler that takes, in one call, the messages of one
+// peer that its link has read already (one or more, in the order sent):
+// a receiver can then apply a run of them as one (consecutive REPLJOBs:
+// one store commit and one GOTJOB, jobs_handle.go). A batch is bounded
+// (maxBatchMessages, maxBatchBytes past its first message) and never
+// waits for more to arrive: it is what was there. The slice and the
+// payloads are the handler's to keep.
+type BatchHandler func(from string, ms []Message)
+
+// A batch for a BatchHandler holds at most maxBatchMessages messages, and
+// takes no further message once its payloads pass maxBatchBytes, so a
+// peer's compressed frames cannot make one batch hold more than
+// maxBatchBytes plus one frame's MaxFrame.
+const (
+	maxBatchMessages = 256
+	maxBatchBytes    = 1 << 20
+)
+
 // Transport carries job messages between nodes: one persistent, ordered,
 // framed link per peer, writes batched (CLUSTER.md "Cluster bus"). Two
 // implementations pass one test suite (transport_suite_test.go): TCP on the

@@ -22,6 +22,8 @@ import (
 type suiteHarness interface {
 	// start starts node id (again, after stop) with handler h.
 	start(t *testing.T, id string, h Handler) Transport
+	// startBatch is start with a BatchHandler.
+	startBatch(t *testing.T, id string, h BatchHandler) Transport
 	// stop closes node id's transport, as a crash or a shutdown would.
 	stop(t *testing.T, id string)
 	// addr is where node id's bus listens now ("" in memory).
@@ -55,6 +57,7 @@ func TestTransportSuite(t *testing.T) {
 		{"RemovePeer", suiteRemovePeer},
 		{"UnknownPeer", suiteUnknownPeer},
 		{"Close", suiteClose},
+		{"BatchedDelivery", suiteBatchedDelivery},
 	}
 	for _, impl := range impls {
 		t.Run(impl.name, func(t *testing.T) {
@@ -158,6 +161,52 @@ func suiteCheckSeq(t *testing.T, msgs []Message, from int) {
 		if want := suiteSeq(from + i); !bytes.Equal(m.Payload, want.Payload) || m.Type != want.Type {
 			t.Fatalf("message %d arrived damaged", from+i)
 		}
+	}
+}
+
+// suiteBatchedDelivery: a BatchHandler gets every message, in order, and
+// the messages that waited while it was busy come together, within the
+// batch bounds.
+func suiteBatchedDelivery(t *testing.T, h suiteHarness) {
+	rb := newSuiteRecorder()
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var sizes []int
+	first := true
+	a := h.start(t, "node-a", func(string, Message) {})
+	h.startBatch(t, "node-b", func(from string, ms []Message) {
+		mu.Lock()
+		sizes = append(sizes, len(ms))
+		wait := first
+		first = false
+		mu.Unlock()
+		if wait {
+			<-release // the rest queue up behind the first batch meanwhile
+		}
+		for _, m := range ms {
+			rb.handle(from, m)
+		}
+	})
+	suiteIntroduce(h, a, "node-b")
+	suiteSend(t, a, "node-b", suiteSeq(0))
+	suiteWaitUntil(t, "the first batch", func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 1 })
+	const n = 2000
+	for i := 1; i < n; i++ {
+		suiteSend(t, a, "node-b", suiteSeq(i))
+	}
+	// Some of them written (not all: a link may not buffer 2000 while the
+	// receiver is held), then the receiver goes on.
+	suiteWaitUntil(t, "messages sent", func() bool { return a.Stats().MessagesSent >= 200 })
+	close(release)
+	suiteCheckSeq(t, rb.waitFor(t, "node-a", n), 0)
+	mu.Lock()
+	defer mu.Unlock()
+	largest := 0
+	for _, k := range sizes {
+		largest = max(largest, k)
+	}
+	if largest < 2 || largest > maxBatchMessages {
+		t.Fatalf("batch sizes %v: want one of 2 to %d messages (the ones that waited)", sizes, maxBatchMessages)
 	}
 }
 
@@ -401,6 +450,13 @@ type suiteMemHarness struct {
 
 func (h *suiteMemHarness) start(t *testing.T, id string, hd Handler) Transport {
 	tr := h.net.Join(id, hd)
+	h.nodes[id] = tr
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+func (h *suiteMemHarness) startBatch(t *testing.T, id string, hd BatchHandler) Transport {
+	tr := h.net.JoinBatch(id, hd)
 	h.nodes[id] = tr
 	t.Cleanup(func() { tr.Close() })
 	return tr

@@ -294,11 +294,14 @@ func cmdInfo(s *Server, c *call) {
 		fmt.Sprintf("used_memory_requests_budget:%d", s.requestBudget()),
 		fmt.Sprintf("request_bodies_waiting:%d", reqWaiting),
 	)
-	jobs, queues := int64(0), 0
+	jobs, queued, queues := int64(0), int64(0), 0
 	if c.broker != nil {
-		jobs, queues = c.broker.Store().Stats().Jobs, c.broker.RegisteredQueues()
+		st := c.broker.Store().Stats()
+		jobs, queued, queues = st.Jobs, st.Queued, c.broker.RegisteredQueues()
 	}
-	add("Jobs", fmt.Sprintf("registered_jobs:%d", jobs))
+	// queued_jobs (beyond Disque): the jobs in this node's queues, all
+	// queues; a leaving node is drained once it is 0 (README "A cluster").
+	add("Jobs", fmt.Sprintf("registered_jobs:%d", jobs), fmt.Sprintf("queued_jobs:%d", queued))
 	add("Queues", fmt.Sprintf("registered_queues:%d", queues))
 	loading := 1
 	if c.broker != nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/diskque/diskque/replication"
 )
@@ -336,9 +338,19 @@ func clusterMeet(s *Server, r *clusterRef, c *call) {
 		c.conn.WriteError("ERR Invalid TCP port specified: " + truncate(portArg, 64))
 		return
 	}
-	if net.ParseIP(ip) == nil || port <= 0 || port > 65535 {
+	if port <= 0 || port > 65535 {
 		c.conn.WriteError(fmt.Sprintf("ERR Invalid node address specified: %s:%s", truncate(ip, 64), truncate(portArg, 64)))
 		return
+	}
+	if net.ParseIP(ip) == nil {
+		// A name, given by the user: looked up here, once, with a
+		// timeout; membership and gossip take addresses only.
+		resolved, ok := resolveMeetHost(ip)
+		if !ok {
+			c.conn.WriteError(fmt.Sprintf("ERR Invalid node address specified: %s:%s", truncate(ip, 64), truncate(portArg, 64)))
+			return
+		}
+		ip = resolved
 	}
 	if len(c.args) == 5 {
 		busArg := string(c.args[4])
@@ -357,6 +369,31 @@ func clusterMeet(s *Server, r *clusterRef, c *call) {
 		return
 	}
 	meetReply(s, c, ip, portArg, r.c.Meet(ip, int(port)))
+}
+
+// meetResolveTimeout bounds CLUSTER MEET's lookup of a host name.
+const meetResolveTimeout = 2 * time.Second
+
+// resolveMeetHost looks up host (CLUSTER MEET of a name) and returns its
+// first address, IPv4 preferred, or false if it has none in time.
+func resolveMeetHost(host string) (string, bool) {
+	if host == "" || len(host) > 253 {
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), meetResolveTimeout)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil || len(addrs) == 0 {
+		return "", false
+	}
+	best := addrs[0].Unmap()
+	for _, a := range addrs {
+		if a.Unmap().Is4() {
+			best = a.Unmap()
+			break
+		}
+	}
+	return best.String(), true
 }
 
 // BusMeeter is an optional interface of the Cluster

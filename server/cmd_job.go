@@ -228,6 +228,7 @@ func cmdGetJob(s *Server, c *call) {
 		ctx, stop = watchPeer(s.ctx, c.conn.NetConn())
 		defer stop()
 	}
+	req.Leaving = s.leaving() // -LEAVING rather than block (Disque)
 	jobs, err := c.broker.GetJobs(ctx, req)
 	if err != nil && ctx.Err() == nil {
 		c.conn.WriteError(errorReply(err))
@@ -330,12 +331,12 @@ func cmdShow(s *Server, c *call) {
 		c.conn.WriteError(errorReply(err))
 		return
 	}
-	writeShow(c, j, body)
+	writeShow(c, j, body, s.nodesConfirmed(j.ID))
 }
 
 // writeShow writes the 30-element SHOW array of j (SPEC.md); a nil body is
 // written as null.
-func writeShow(c *call, j *storage.Job, body []byte) {
+func writeShow(c *call, j *storage.Job, body []byte, confirmed []string) {
 	now := time.Now().UnixMilli()
 	c.conn.WriteArray(30)
 	field := func(k string) { c.conn.WriteBulkString(k) }
@@ -365,7 +366,10 @@ func writeShow(c *call, j *storage.Job, body []byte) {
 		c.conn.WriteBulkString(n)
 	}
 	field("nodes-confirmed")
-	c.conn.WriteArray(0)
+	c.conn.WriteArray(len(confirmed))
+	for _, n := range confirmed {
+		c.conn.WriteBulkString(n)
+	}
 	field("next-requeue-within")
 	writeWithin(c, j.QueueTime, now, j.State == storage.StateActive || j.State == storage.StateQueued)
 	field("next-awake-within")

@@ -40,9 +40,12 @@ func cmdQStat(s *Server, c *call) {
 	field("blocked")
 	c.conn.WriteInt(st.Blocked)
 	field("import-from")
-	c.conn.WriteArray(0) // a lone node imports from no one
+	c.conn.WriteArray(len(st.ImportFrom))
+	for _, n := range st.ImportFrom {
+		c.conn.WriteBulkString(n)
+	}
 	field("import-rate")
-	c.conn.WriteInt(0)
+	c.conn.WriteInt64(st.ImportRate)
 	field("jobs-in")
 	c.conn.WriteInt64(st.JobsIn)
 	field("jobs-out")

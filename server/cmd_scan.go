@@ -311,8 +311,8 @@ func cmdQScan(s *Server, c *call) {
 		switch {
 		case haveMin && n < minLen, haveMax && n > maxLen:
 			continue
-		case haveRate && importRate > 0:
-			continue // a lone node imports nothing: its rate is 0
+		case haveRate && c.broker.ImportRate(q.name) < importRate:
+			continue
 		}
 		names = append(names, q.name)
 	}
@@ -495,6 +495,6 @@ scan:
 		items = append(items, shown{j, body})
 	}
 	writeScanReply(c, next, len(items), func(i int) {
-		writeShow(c, items[i].job, items[i].body)
+		writeShow(c, items[i].job, items[i].body, s.nodesConfirmed(items[i].job.ID))
 	})
 }

@@ -27,6 +27,7 @@ const (
 	errRetryRepl    = "ERR With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery)"
 	errDelayTTL     = "ERR The specified DELAY is greater than TTL. Job refused since would never be delivered"
 	errShuttingDown = "ERR server is shutting down"
+	errLeaving      = "LEAVING This node is leaving the cluster, please connect to a different one"
 	errInternal     = "ERR internal error" // a handler panicked (mux.go run)
 
 	// A failed store: the same text whatever the error, which wraps the
@@ -59,6 +60,8 @@ func errorReply(err error) string {
 		return errNoRepl
 	case errors.Is(err, queue.ErrReplTimeout):
 		return errReplTimeout
+	case errors.Is(err, queue.ErrLeaving):
+		return errLeaving
 	case errors.Is(err, queue.ErrMaxLen):
 		return errMaxLen
 	case errors.Is(err, queue.ErrPaused):

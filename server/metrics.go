@@ -111,6 +111,7 @@ func newMetrics(s *Server) *metrics {
 			fmt.Sprintf("Jobs queued in each of the %d longest queues (bounded cardinality).", metricQueues),
 			[]string{"queue"}, nil)},
 	)
+	m.reg.MustRegister(s.clusterCollectors()...)
 	return m
 }
 

@@ -77,6 +77,12 @@ type Options struct {
 	// clients (Disque's own test suite among them) treat an answered PING
 	// as "ready" and send the next command at once.
 	LoadingWait time.Duration
+	// AnnounceIP and AnnouncePort, when set, are the address HELLO and
+	// CLUSTER NODES give for this node instead of the listener's: the
+	// daemon's cluster-announce-ip and cluster-announce-port, for a node
+	// behind NAT or a port forward. Default ("", 0): the listener's.
+	AnnounceIP   string
+	AnnouncePort int
 }
 
 // Defaults of Options.
@@ -445,13 +451,20 @@ func (s *Server) addrParts() (string, string) {
 
 // advertised is the address HELLO and CLUSTER NODES give for this node: the
 // listener's, or — when it listens on a wildcard address such as 0.0.0.0 —
-// the local address the client reached, which the client can use.
+// the local address the client reached, which the client can use; an
+// announced IP or port (Options.AnnounceIP, AnnouncePort) replaces either.
 func (s *Server) advertised(c *call) (string, string) {
 	host, port := s.addrParts()
 	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
 		if tcp, ok := c.conn.NetConn().LocalAddr().(*net.TCPAddr); ok {
 			host = tcp.IP.String()
 		}
+	}
+	if s.opts.AnnounceIP != "" {
+		host = s.opts.AnnounceIP
+	}
+	if s.opts.AnnouncePort > 0 {
+		port = strconv.Itoa(s.opts.AnnouncePort)
 	}
 	return host, port
 }

@@ -95,6 +95,10 @@ type op struct {
 	pause PauseState
 	// node
 	node string
+	// ifEmpty (live NODE records only, not logged): refused with
+	// ErrNotEmpty unless the store holds no job when it applies —
+	// checked under the store's lock, so no add slips in between.
+	ifEmpty bool
 	// deliver (live only, not logged): where the job sits in its queue,
 	// so prefetchQueued can read it with its neighbours.
 	hintQueue string

@@ -173,6 +173,8 @@ func (s *Store) applyNow(ops []*op, res []Result) Pending {
 			err = fmt.Errorf("%w: %s", ErrExists, o.id)
 		case o.typ == recTomb:
 			err = s.checkTomb(w, o)
+		case o.typ == recNode && o.ifEmpty && s.jobs != 0:
+			err = fmt.Errorf("%w: %d jobs; flush them before changing the node id", ErrNotEmpty, s.jobs)
 		case o.typ != recAdd && o.id != "" && old == nil:
 			err = fmt.Errorf("%w: %s", ErrNotFound, o.id)
 		}

@@ -7,6 +7,9 @@
 #       OUT (default .). EXTRA=ASYNC adds ASYNC to every ADDJOB.
 #   cluster-ab.sh ab OLD NEW MODE PIPELINE REPLICATE REPS [N]
 #       REPS runs of each build, alternating, and the medians' ratio (new/old).
+#   CPU=1 (either mode) also prints, on stderr, each run's CPU time per ADDJOB (user+system, µs) of the
+#   origin and of the two replicas: on a machine other work loads, a steadier figure than the ops/s.
+#   INFO=1 prints the origin's INFO cluster after the run (messages and jobs sent: REPLJOB batching).
 set -u
 cmd=$1; shift
 run() {
@@ -40,8 +43,15 @@ while True:
     (sleep 2; curl -s -o "$out/origin.prof" "http://127.0.0.1:$((b+100))/debug/pprof/${PROF:-profile}?seconds=$secs") & c1=$!
     (sleep 2; curl -s -o "$out/replica.prof" "http://127.0.0.1:$((b+101))/debug/pprof/${PROF:-profile}?seconds=$secs") & c2=$!
   fi
+  cpu() { local t=0; for p in "${pids[@]}"; do t="$t $(awk '{print $14+$15}' /proc/$p/stat)"; done; echo $t; }
+  local before; before=$(cpu)
   redis-benchmark -p ${P[0]} -c 50 -n ${N:-100000} -P $pipe --csv ADDJOB q "$body" 0 REPLICATE $repl ${EXTRA:-} 2>/dev/null |
     tail -1 | cut -d, -f2 | tr -d '"'
+  [ -n "${INFO:-}" ] && redis-cli -p ${P[0]} info cluster >&2
+  if [ -n "${CPU:-}" ]; then
+    echo "$before $(cpu)" | awk -v n=${N:-100000} -v hz=$(getconf CLK_TCK) -v bin="$bin" \
+      '{printf "cpu us/job %s: origin %.1f replicas %.1f %.1f\n", bin, ($6-$2)*1e6/hz/n, ($7-$3)*1e6/hz/n, ($8-$4)*1e6/hz/n}' >&2
+  fi
   [ -n "$c1" ] && wait $c1 $c2
   return 0
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/replication"
+	"github.com/diskque/diskque/server"
 )
 
 // clusterBus is the node's cluster side: the bus port (one PortMux), the job
@@ -61,26 +62,17 @@ func listenBus(cfg config, log *slog.Logger) (*clusterBus, error) {
 	return &clusterBus{log: log, mux: mux}, nil
 }
 
-// advertisedClientAddr is the client address this node gives its peers (in
-// CLUSTER NODES and HELLO): the bind address, or 127.0.0.1 when it is a
-// wildcard, as Disque does.
-func advertisedClientAddr(bind string, port int) string {
-	host := bind
-	if ip := net.ParseIP(bind); ip == nil || ip.IsUnspecified() {
-		host = "127.0.0.1"
-	}
-	return net.JoinHostPort(host, strconv.Itoa(port))
-}
-
-// busHandler hands the job messages of the bus to the job protocol of the
-// current broker; while there is none (a store reopening) they are
-// dropped, and the protocol's retries send again what matters.
-func (b *clusterBus) busHandler(from string, m replication.Message) {
+// busBatchHandler hands the job messages of the bus, as each link read
+// them together, to the job protocol of the current broker (which applies
+// consecutive REPLJOBs as one: Jobs.HandleBatch); while there is none (a
+// store reopening) they are dropped, and the protocol's retries send again
+// what matters.
+func (b *clusterBus) busBatchHandler(from string, ms []replication.Message) {
 	if j := b.jobs.Load(); j != nil {
-		j.Handle(from, m)
+		j.HandleBatch(from, ms)
 		return
 	}
-	b.log.Debug("cluster bus: message dropped: no broker", "from", from, "type", int(m.Type))
+	b.log.Debug("cluster bus: messages dropped: no broker", "from", from, "messages", len(ms))
 }
 
 // Nodes implements replication.Peers: membership's, or nothing before it
@@ -157,6 +149,7 @@ func (c clusterControl) InfoLines() []string {
 		kv("cluster_pending_replications", int64(s.PendingRepl)),
 		kv("cluster_pending_ack_collections", int64(s.PendingAcks)),
 		kv("cluster_repljob_rtt_avg_ms", j.RoundTripMillis()),
+		kv("cluster_repljob_rtt_p99_ms", j.RoundTripP99Millis()),
 		kv("cluster_repljobs_sent", s.ReplJobsSent),
 		kv("cluster_gotjobs_received", s.GotJobsReceived),
 		kv("cluster_setacks_sent", s.SetAcksSent),
@@ -170,6 +163,29 @@ func (c clusterControl) InfoLines() []string {
 		kv("cluster_enqueues_received", s.EnqueuesReceived),
 		kv("cluster_bad_payloads", s.BadPayloads),
 	}
+}
+
+// NodesConfirmed implements server.NodesConfirmer (SHOW's
+// nodes-confirmed), from the current broker's job protocol.
+func (c clusterControl) NodesConfirmed(id string) []string {
+	if j := c.bus.jobs.Load(); j != nil {
+		return j.NodesConfirmed(id)
+	}
+	return nil
+}
+
+// JobsFigures implements server.JobsFigurer (the Prometheus endpoint's
+// pending REPLJOBs and SETACKs and round trips).
+func (c clusterControl) JobsFigures() (server.JobsFigures, bool) {
+	j := c.bus.jobs.Load()
+	if j == nil {
+		return server.JobsFigures{}, false
+	}
+	s := j.Stats()
+	return server.JobsFigures{
+		PendingRepl: int64(s.PendingRepl), PendingAcks: int64(s.PendingAcks),
+		RTTAvgMillis: j.RoundTripMillis(), RTTP99Millis: j.RoundTripP99Millis(),
+	}, true
 }
 
 // ResetNodeID implements server.NodeIDResetter: after the flush, the store
@@ -186,20 +202,23 @@ func (c clusterControl) ResetNodeID(newID string) error {
 // in dir) and serves the bus port.
 func (b *clusterBus) start(cfg config, id, dir string, clientPort int) error {
 	tr, err := replication.NewTCPTransport(replication.TCPConfig{
-		ID: id, Mux: b.mux, Secret: cfg.ClusterSecret, Handler: b.busHandler, Logger: b.log,
+		ID: id, Mux: b.mux, Secret: cfg.ClusterSecret, BatchHandler: b.busBatchHandler, Logger: b.log,
+		SourceAddr: cfg.sourceAddr(),
 	})
 	if err != nil {
 		return fmt.Errorf("cluster bus: %w", err)
 	}
 	b.transport = tr
 	m, err := replication.NewMembership(replication.MembershipConfig{
-		ID:          id,
-		Dir:         dir,
-		ClientAddr:  advertisedClientAddr(cfg.Bind, clientPort),
-		Mux:         b.mux,
-		NodeTimeout: time.Duration(cfg.ClusterNodeTimeout) * time.Millisecond,
-		Secret:      cfg.ClusterSecret,
-		Logger:      b.log,
+		ID:           id,
+		Dir:          dir,
+		ClientAddr:   cfg.announcedClientAddr(clientPort),
+		AdvertiseBus: cfg.announcedBusAddr(b.mux.Addr().Port),
+		SourceAddr:   cfg.sourceAddr(),
+		Mux:          b.mux,
+		NodeTimeout:  time.Duration(cfg.ClusterNodeTimeout) * time.Millisecond,
+		Secret:       cfg.ClusterSecret,
+		Logger:       b.log,
 		// Every node membership knows has a link on the transport (dialled
 		// at once, redialled with backoff while it is down); a forgotten
 		// one loses it.
@@ -227,6 +246,7 @@ func (b *clusterBus) start(cfg config, id, dir string, clientPort int) error {
 	b.served = make(chan error, 1)
 	go func() { b.served <- b.mux.Serve() }()
 	b.log.Info("cluster bus listening", "addr", b.mux.Addr().String(), "node", id,
+		"announced", m.Nodes()[0].BusAddr, "source_addr", cfg.sourceAddr().String(),
 		"cluster_node_timeout_ms", cfg.ClusterNodeTimeout)
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -60,6 +62,17 @@ type config struct {
 	// ClusterSecret authenticates the bus and keys gossip encryption ("":
 	// an open bus).
 	ClusterSecret string
+	// BindSourceAddr is bind-source-addr: the source IP of outgoing bus
+	// and gossip connections ("": bind's, when bind is one specific IP;
+	// see sourceAddr).
+	BindSourceAddr string
+	// ClusterAnnounceIP, ClusterAnnouncePort and ClusterAnnounceBusPort are
+	// what peers (and HELLO's clients) are told instead of the addresses
+	// this node listens on ("" and 0: not set), for a node behind NAT, a
+	// port forward or a fault proxy (Redis Cluster's names).
+	ClusterAnnounceIP      string
+	ClusterAnnouncePort    int
+	ClusterAnnounceBusPort int
 }
 
 func defaultConfig() config {
@@ -138,6 +151,16 @@ Directives (in the config file as "directive value", or as --directive value):
                                 with a key derived from SECRET; every node
                                 needs the same (default none: an open bus).
                                 CONFIG GET shows it as "(redacted)"
+  bind-source-addr IP           source address of outgoing cluster bus connections
+                                (default: bind's, when bind is one specific IP)
+  cluster-announce-ip IP        the IP peers and HELLO are told for this node's
+                                client and bus ports (default: bind's, or
+                                127.0.0.1 when bind is a wildcard)
+  cluster-announce-port N       the client port peers and HELLO are told
+                                (default 0: port)
+  cluster-announce-bus-port N   the bus port peers are told and dial (default
+                                0: the one it listens on); for NAT, a port
+                                forward or a proxy in front of the bus
   include PATH                  (config file only) read another config file
 
 A relative dir is relative to the working directory, and the server chdirs
@@ -378,6 +401,28 @@ func (c *config) set(name string, vals []string) error {
 			v = ""
 		}
 		c.ClusterSecret = v
+	case "bind-source-addr", "cluster-announce-ip":
+		if v == `""` {
+			v = ""
+		}
+		if ip, err := netip.ParseAddr(v); v != "" && (err != nil || ip.IsUnspecified() || ip.Zone() != "") {
+			return fmt.Errorf("%s: want one specific IP address, got %q", name, v)
+		}
+		if name == "bind-source-addr" {
+			c.BindSourceAddr = v
+		} else {
+			c.ClusterAnnounceIP = v
+		}
+	case "cluster-announce-port", "cluster-announce-bus-port":
+		p, err := strconv.Atoi(v)
+		if err != nil || p < 0 || p > 65535 {
+			return fmt.Errorf("%s: %q is not a port number (0: not set)", name, v)
+		}
+		if name == "cluster-announce-port" {
+			c.ClusterAnnouncePort = p
+		} else {
+			c.ClusterAnnounceBusPort = p
+		}
 	default:
 		return fmt.Errorf("unknown or not yet supported directive %q", name)
 	}
@@ -392,6 +437,7 @@ var directives = []string{
 	"slowlog-log-slower-than", "slowlog-max-len",
 	"metrics-addr", "pprof", "aof-segment-size", "gc-interval", "gc-min-live-ratio",
 	"cluster-node-timeout", "cluster-bus-port", "cluster-secret",
+	"bind-source-addr", "cluster-announce-ip", "cluster-announce-port", "cluster-announce-bus-port",
 }
 
 // parseYesNo reads the yes|no value v of directive name.
@@ -468,8 +514,66 @@ func (c *config) value(name string) string {
 		return strconv.Itoa(c.busPort())
 	case "cluster-secret":
 		return c.ClusterSecret
+	case "bind-source-addr":
+		return c.BindSourceAddr
+	case "cluster-announce-ip":
+		return c.ClusterAnnounceIP
+	case "cluster-announce-port":
+		return strconv.Itoa(c.ClusterAnnouncePort)
+	case "cluster-announce-bus-port":
+		return strconv.Itoa(c.ClusterAnnounceBusPort)
 	}
 	return ""
+}
+
+// sourceAddr is the source address of outgoing bus and gossip
+// connections: bind-source-addr, or bind when it is one specific IP (as
+// Redis Cluster does), else none (the OS chooses). A node bound to
+// 127.0.0.3 is then seen by its peers coming from 127.0.0.3, which is what
+// lets a fault proxy tell the nodes of a test cluster apart
+// (internal/faultproxy).
+func (c *config) sourceAddr() netip.Addr {
+	if ip, err := netip.ParseAddr(c.BindSourceAddr); err == nil {
+		return ip.Unmap()
+	}
+	if ip, err := netip.ParseAddr(c.Bind); err == nil && !ip.IsUnspecified() && ip.Zone() == "" {
+		return ip.Unmap()
+	}
+	return netip.Addr{}
+}
+
+// announcedClientAddr is the client address this node gives its peers (in
+// CLUSTER NODES and HELLO): cluster-announce-ip and cluster-announce-port
+// where set; else the bind address, or 127.0.0.1 when it is a wildcard or
+// not an IP, as Disque does, and the port it listens on.
+func (c *config) announcedClientAddr(port int) string {
+	if c.ClusterAnnouncePort > 0 {
+		port = c.ClusterAnnouncePort
+	}
+	return net.JoinHostPort(c.announcedIP(), strconv.Itoa(port))
+}
+
+func (c *config) announcedIP() string {
+	if c.ClusterAnnounceIP != "" {
+		return c.ClusterAnnounceIP
+	}
+	if ip := net.ParseIP(c.Bind); ip != nil && !ip.IsUnspecified() {
+		return c.Bind
+	}
+	return "127.0.0.1"
+}
+
+// announcedBusAddr is the bus address peers are told, when something is
+// announced ("": membership advertises the address the bus listens on).
+// busPort is the port it listens on.
+func (c *config) announcedBusAddr(busPort int) string {
+	if c.ClusterAnnounceIP == "" && c.ClusterAnnounceBusPort == 0 {
+		return ""
+	}
+	if c.ClusterAnnounceBusPort > 0 {
+		busPort = c.ClusterAnnounceBusPort
+	}
+	return net.JoinHostPort(c.announcedIP(), strconv.Itoa(busPort))
 }
 
 // busPort is the bus port to listen on: cluster-bus-port, or port + 10000

@@ -171,7 +171,8 @@ func TestClusterConfigDirectives(t *testing.T) {
 	l := &liveConfig{cfg: defaultConfig()}
 	l.cfg.ClusterSecret = "s3cret"
 	got := l.Get("cluster-*")
-	want := []string{"cluster-node-timeout", "15000", "cluster-bus-port", "17711", "cluster-secret", redacted}
+	want := []string{"cluster-node-timeout", "15000", "cluster-bus-port", "17711", "cluster-secret", redacted,
+		"cluster-announce-ip", "", "cluster-announce-port", "0", "cluster-announce-bus-port", "0"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("CONFIG GET cluster-* = %v, want %v", got, want)
 	}

@@ -116,6 +116,9 @@ type daemon struct {
 	// cwd (Disque's test suite: "disque-server disque_N/disque.conf").
 	fixedPort int
 	cwd       string
+	// host, when set, is the address the node binds and is reached at
+	// instead of 127.0.0.1 (a node of a fault-proxied cluster).
+	host string
 }
 
 // process is one run of the binary.
@@ -130,6 +133,7 @@ type serverConfig struct {
 	pre   []string
 	flags []string
 	dir   string
+	host  string // bind and reach the node here; "" = 127.0.0.1
 }
 
 // startServer starts a server on a fresh t.TempDir() with the given extra
@@ -142,7 +146,7 @@ func startServer(t *testing.T, flags ...string) *daemon {
 
 func startServerConfig(t *testing.T, cfg serverConfig) *daemon {
 	t.Helper()
-	s := &daemon{t: t, dir: cfg.dir, pre: cfg.pre, flags: cfg.flags}
+	s := &daemon{t: t, dir: cfg.dir, pre: cfg.pre, flags: cfg.flags, host: cfg.host}
 	if s.dir == "" {
 		s.dir = t.TempDir()
 	}
@@ -185,12 +189,16 @@ func (s *daemon) Start() {
 	if s.proc != nil {
 		t.Fatal("server already running")
 	}
+	host := s.host
+	if host == "" {
+		host = "127.0.0.1"
+	}
 	for attempt := 1; ; attempt++ {
 		port := s.fixedPort
 		args := slices.Clone(s.pre)
 		if port == 0 {
 			port = freePort(t)
-			args = append(args, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", s.dir)
+			args = append(args, "--port", strconv.Itoa(port), "--bind", host, "--dir", s.dir)
 			// A free bus port, not port + 10000 (which may be taken, or
 			// above 65535); a test's own --cluster-bus-port comes later and
 			// wins.
@@ -210,7 +218,7 @@ func (s *daemon) Start() {
 			close(p.exited)
 		}()
 		s.logs = append(s.logs, out)
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		addr := net.JoinHostPort(host, strconv.Itoa(port))
 		err := waitReady(addr, p.exited, readyTimeout)
 		if err == nil {
 			s.proc, s.addr, s.port = p, addr, port

@@ -117,6 +117,9 @@ func run(cfg config) error {
 		// -LOADING at once: Disque serves nothing until loaded, and its
 		// clients take an answered PING for "ready".
 		LoadingWait: loadingWait,
+		// What peers are told of this node, clients are told too.
+		AnnounceIP:   cfg.ClusterAnnounceIP,
+		AnnouncePort: cfg.ClusterAnnouncePort,
 		OnShutdown: func() {
 			select {
 			case shutdown <- struct{}{}:

@@ -1,0 +1,61 @@
+#!/bin/bash
+# The federation drain row of ../shared/peers/cluster-vs-disque.sh alone: a 3-node cluster, diskque beside Disque
+# 1.0 on this machine, alternating runs; 20k jobs added on A (REPLICATE 1), consumed from B (GETJOB TIMEOUT COUNT 100).
+# Usage: bench/scripts/federation-vs-disque.sh [CHECKOUT] [everysec|always|memory] [reps]   (CHECKOUT defaults to .)
+# DISQUE_BIN overrides the reference server (default: built once by build-disque.sh). N sets the ADDJOB count.
+# Prints one line per workload: the medians for diskque and Disque, their ratio, and every run.
+set -u
+checkout=${1:-.}; mode=${2:-everysec}; reps=${3:-3}
+here=$(cd "$(dirname "$0")/../../../shared/peers" && pwd)   # the shared peers folder beside the checkout
+DISQUE_BIN=${DISQUE_BIN:-$("$here/build-disque.sh" | tail -1)}
+work=$(mktemp -d); pids=()
+trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"' EXIT
+(cd "$checkout" && go build -o "$work/dq" ./cmd/diskque-server) || exit 1
+(cd "$here/qbench" && go build -o "$work/qbench" .) || exit 1
+body=$(head -c 100 /dev/zero | tr '\0' x)
+base() { python3 -c '
+import socket,random
+while True:
+    p=random.randint(21000,29000)
+    try:
+        for q in (p,p+1,p+2,p+10000,p+10001,p+10002):
+            s=socket.socket(); s.bind(("127.0.0.1",q)); s.close()
+        print(p); break
+    except OSError: pass'; }
+up() { # BIN: start 3 nodes, meet, wait
+  local bin=$1; pids=(); b=$(base); P=($b $((b+1)) $((b+2)))
+  for i in 0 1 2; do
+    d="$work/data/n$i"; mkdir -p "$d"
+    case $mode in
+      memory) "$bin" --port ${P[$i]} --dir "$d" --bind 127.0.0.1 --appendonly no >"$d.log" 2>&1 & ;;
+      *) "$bin" --port ${P[$i]} --dir "$d" --bind 127.0.0.1 --appendonly yes --appendfsync $mode >"$d.log" 2>&1 & ;;
+    esac
+    pids+=($!)
+  done
+  for p in "${P[@]}"; do
+    for k in $(seq 200); do redis-cli -p $p info persistence 2>/dev/null | grep -q '^loading:0' && break; sleep 0.05; done
+  done
+  redis-cli -p ${P[0]} cluster meet 127.0.0.1 ${P[1]} >/dev/null
+  redis-cli -p ${P[1]} cluster meet 127.0.0.1 ${P[2]} >/dev/null
+  for k in $(seq 300); do
+    n=0; for p in "${P[@]}"; do redis-cli -p $p cluster info 2>/dev/null | grep -q 'cluster_reachable_nodes:2' && n=$((n+1)); done
+    [ $n = 3 ] && return 0; sleep 0.1
+  done
+  echo "cluster did not form"; return 1
+}
+down() { for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; pids=(); rm -rf "$work/data"; }
+rb() { redis-benchmark -p ${P[0]} -c 50 -n ${N:-100000} -P $1 --csv ADDJOB q "$body" 0 $2 2>/dev/null | tail -1 | cut -d, -f2 | tr -d '"'; }
+drain() { "$work/qbench" -addr 127.0.0.1:${P[0]} -mode add -n 20000 -conns 4 -pipeline 64 -extra "REPLICATE 1" >/dev/null
+          "$work/qbench" -addr 127.0.0.1:${P[1]} -mode getack -count 100 -conns 1 -timeout 2000 -n 20000 | sed -n 's/.*rate=\([0-9]*\) jobs.*/\1/p'; }
+median() { sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+run() { # name command...
+  local name=$1; shift; : >"$work/a"; : >"$work/b"
+  for r in $(seq $reps); do
+    up "$work/dq" && "$@" >>"$work/a"; down
+    up "$DISQUE_BIN" && "$@" >>"$work/b"; down
+  done
+  a=$(median <"$work/a"); b=$(median <"$work/b")
+  printf '%-26s %-8s diskque %8.0f  disque %8.0f  ratio %.2f   [dq: %s| disque: %s]\n' "$name" $mode "${a:-0}" "${b:-0}" \
+    "$(echo "${a:-0} ${b:-0}" | awk '{print ($2>0)?$1/$2:0}')" "$(tr '\n' ' ' <"$work/a")" "$(tr '\n' ' ' <"$work/b")"
+}
+run "federation drain 20k A->B" drain

@@ -1,0 +1,254 @@
+package queue
+
+import (
+	"slices"
+
+	"github.com/diskque/diskque/storage"
+)
+
+// The broker's side of incoming NEEDJOBS and YOURJOBS (federation.go has
+// the asker's pacing). Like every Remote* method they apply under
+// Broker.mu, wait for durability outside it and never call the cluster:
+// what is to be sent is returned to the caller (package replication).
+
+// maxYourJobsBytes bounds the bodies one NEEDJOBS moves (a first job is
+// always taken, as by GETJOB; one job fits a bus frame as its REPLJOB did).
+const maxYourJobsBytes = MaxGetBytes
+
+// RemoteNeedJobs answers another node's NEEDJOBS for count jobs of queue
+// (Disque's receiveNeedJobs). Nothing is given when the queue is empty
+// here, paused for output, or importing itself (its import rate is not
+// 0: two nodes must not pass jobs back and forth). Otherwise up to count
+// jobs leave the queue — at most half of it when it holds fewer than
+// 2×count, at least 1 — each as a delivery here (so a RETRY 0 job's is
+// fsynced, whatever the policy, before it goes), with the asker added to
+// its nodes. A RETRY > 0 job stays here, active, with its requeue timer
+// (at-least-once: if the asker never queues it, it comes back here after
+// its RETRY); a RETRY 0 job is deleted here. The jobs are returned, with
+// their bodies, counters and merged node lists, once all that is durable:
+// the caller sends them (YOURJOBS) to from. A job whose body cannot be
+// read stays here, delivered (as GETJOB's).
+func (b *Broker) RemoteNeedJobs(from, queue string, count int) ([]Replica, error) {
+	if count <= 0 || !storage.ValidNodeID(from) || from == b.NodeID() {
+		return nil, nil
+	}
+	count = min(count, needJobsMaxCount)
+	now := b.nowMillis()
+	b.mu.Lock()
+	if err := b.checkOpenLocked(); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	qlen := b.st.QueueLen(queue)
+	q := b.queues[queue]
+	switch {
+	case b.st.Failing(), qlen == 0, b.st.PauseState(queue)&storage.PauseOut != 0,
+		q != nil && q.fed != nil && q.fed.importRate(now) > 0:
+		b.mu.Unlock()
+		return nil, nil
+	}
+	n := int64(count)
+	if qlen < 2*n {
+		n = qlen / 2
+	}
+	n = max(n, 1)
+	got, err := b.deliverLocked([]string{queue}, take{count: int(n), bytes: maxYourJobsBytes, first: true, moved: true}, now)
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	// The asker may hold a copy from now on: an ACKJOB here must reach it.
+	// An at-most-once job's node list does not matter: it is deleted here.
+	sent := make(map[string]*storage.Job, len(got.jobs))
+	nodes := b.st.NewBatch()
+	for _, j := range got.jobs {
+		nj := *j
+		if merged, grew := mergeNodes(j.Nodes, []string{from}); grew {
+			nj.Nodes = merged
+			if j.Retry > 0 {
+				nodes.SetNodes(j.ID, merged)
+			}
+		}
+		sent[j.ID] = &nj
+	}
+	if nodes.Len() > 0 {
+		res, p := b.st.Apply(nodes)
+		for _, r := range res {
+			if r.Err != nil && errUnusable(r.Err) {
+				b.mu.Unlock()
+				return nil, wrapStore(r.Err)
+			}
+		}
+		got.pending = got.pending.Join(p)
+	}
+	b.mu.Unlock()
+	delivered, err := b.finish(got)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Replica, 0, len(delivered))
+	var atMostOnce []string
+	for _, d := range delivered {
+		j := sent[d.ID]
+		if j == nil {
+			continue
+		}
+		if j.Retry == 0 {
+			atMostOnce = append(atMostOnce, j.ID)
+		}
+		out = append(out, Replica{Job: j, Body: d.Body})
+	}
+	if len(atMostOnce) > 0 {
+		// Delivered and fsynced already, so never queued here again; the
+		// delete only frees its room. A failure here is a store failure:
+		// the jobs are not sent, and stay delivered here until their TTL.
+		if _, err := b.DelJob(atMostOnce); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// RemoteYourJobs queues the jobs another node moved here (YOURJOBS), as
+// Disque's receiveYourJobs: a job unknown here is added queued, with its
+// ctime (its place in the queue), TTL, retry and counters, and the node
+// list it came with (this node in it); a copy already here learns the
+// nodes and counters and is queued if it is active (an at-least-once copy
+// waiting for its requeue); one queued, acked or at-most-once stays as it
+// is, so a RETRY 0 job is queued here once, and only if it is new here
+// (an at-most-once job's node list is this node alone: the sender deleted
+// its copy). Each imported job counts for the queue's import rate and
+// makes from one of its sources. It returns, once the jobs are durable,
+// the NEEDJOBS to send at once (an importing queue whose waiting clients
+// emptied it again).
+//
+// The common case is one store operation a job: a queued replica add,
+// which is a no-op for an id known here (storage.Batch.AddReplica), so no
+// index lookup precedes it; only the known ones, and the new ones with
+// counters to restore, take a second batch, in the same hold.
+func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest, error) {
+	if len(jobs) == 0 || !storage.ValidNodeID(from) {
+		return nil, nil
+	}
+	self := b.NodeID()
+	now := b.nowMillis()
+	b.mu.Lock()
+	if err := b.checkOpenLocked(); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	adds := b.st.NewBatch()
+	var sent []*storage.Job // adds' op → the job as sent
+	seen := make(map[string]bool, len(jobs))
+	for _, r := range jobs {
+		in := r.Job
+		if in == nil || seen[in.ID] || in.Queue == "" {
+			continue
+		}
+		seen[in.ID] = true
+		j := *in
+		j.State = storage.StateQueued
+		j.AwakeTime, j.Deliveries = 0, 0
+		j.QueueTime = retryTime(now, j.Retry)
+		if j.Retry == 0 {
+			j.Nodes = []string{self}
+		} else {
+			j.Nodes, _ = mergeNodes(slices.Clip(in.Nodes), []string{self})
+		}
+		if err := adds.AddReplica(&j, r.Body); err != nil {
+			continue // malformed: the sender's copy requeues after its RETRY
+		}
+		sent = append(sent, in)
+	}
+	if adds.Len() == 0 {
+		b.mu.Unlock()
+		return nil, nil
+	}
+	touched := map[string]*queueState{}
+	queued := func(r storage.Result) {
+		q := b.queueLocked(r.Job.Queue, now)
+		q.jobsIn++
+		q.fedLocked(now).imported(from, 1, now)
+		touched[q.name] = q
+		b.queuedLocked(r.Job, now)
+	}
+	res, pending := b.st.Apply(adds)
+	// The new jobs are handed to waiting clients (queued) only once fix
+	// has restored their counters.
+	var added []storage.Result
+	fix := b.st.NewBatch()
+	for k, r := range res {
+		if r.Err != nil {
+			if errUnusable(r.Err) {
+				b.mu.Unlock()
+				return nil, wrapStore(r.Err)
+			}
+			continue
+		}
+		in := sent[k]
+		if r.Old == nil { // new here, and queued
+			b.syncTimersLocked(r.Job.ID, r.Job)
+			if in.Retry > 0 && (in.Nacks > 0 || in.AdditionalDeliveries > 0) {
+				fix.Postpone(in.ID, r.Job.QueueTime, in.Nacks, in.AdditionalDeliveries)
+			}
+			added = append(added, r)
+			continue
+		}
+		cur := r.Old
+		if cur.IsDummyAck() || cur.State == storage.StateAcked || cur.State == storage.StateWaitRepl || cur.Retry == 0 {
+			continue
+		}
+		if merged, grew := mergeNodes(cur.Nodes, in.Nodes); grew {
+			fix.SetNodes(cur.ID, merged)
+		}
+		if cur.State != storage.StateActive || cur.Delayed() {
+			continue
+		}
+		// The counters the sender counted and this copy has not heard of
+		// yet (a QUEUED still on its way).
+		if dn, dd := sub(in.Nacks, cur.Nacks), sub(in.AdditionalDeliveries, cur.AdditionalDeliveries); dn > 0 || dd > 0 {
+			fix.Postpone(cur.ID, 0, dn, dd)
+		}
+		fix.Queue(cur.ID, retryTime(now, cur.Retry))
+	}
+	if fix.Len() > 0 {
+		fres, fpending := b.st.Apply(fix)
+		pending = pending.Join(fpending)
+		for _, r := range fres {
+			if r.Err != nil {
+				if errUnusable(r.Err) {
+					b.mu.Unlock()
+					return nil, wrapStore(r.Err)
+				}
+				continue
+			}
+			b.syncTimersLocked(r.Job.ID, r.Job)
+			if r.Job.State == storage.StateQueued && r.Old.State != storage.StateQueued {
+				queued(r)
+			}
+		}
+	}
+	for _, r := range added {
+		queued(r)
+	}
+	// Empty again: blocked clients took every job just imported.
+	var reqs []NeedJobsRequest
+	for name, q := range touched {
+		if b.st.QueueLen(name) == 0 && b.mayImportLocked(name) {
+			reqs = append(reqs, q.fed.plan(name, now, true)...)
+		}
+	}
+	b.mu.Unlock()
+	if err := pending.Wait(); err != nil {
+		return nil, wrapStore(err)
+	}
+	return reqs, nil
+}
+
+// sub is a − b, or 0 when b is larger.
+func sub(a, b uint32) uint32 {
+	if a > b {
+		return a - b
+	}
+	return 0
+}

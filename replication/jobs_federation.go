@@ -1,0 +1,191 @@
+package replication
+
+import (
+	"sync"
+
+	"github.com/diskque/diskque/queue"
+)
+
+// Federation on the bus (CLUSTER.md "Federation"; queue's federation.go
+// paces the asking and federation_remote.go decides what moves):
+//
+//   - NeedJobs (queue.Cluster): NEEDJOBS (queue, count) to the nodes of
+//     each request, or to every reachable node — leaving ones included:
+//     they are the ones being drained — for a broadcast. A node that is
+//     leaving sends none (Disque's myselfLeaving()).
+//   - An incoming NEEDJOBS is answered only while the bus link back to
+//     the asker is up (Disque: no link, no YOURJOBS), so the jobs are not
+//     taken from the queue for a message that could not leave:
+//     queue.Broker.RemoteNeedJobs takes them (durably) and the YOURJOBS
+//     carrying them goes to the asker on its link.
+//   - An incoming YOURJOBS is queued here (queue.Broker.RemoteYourJobs),
+//     and the NEEDJOBS it calls for (blocked clients emptied the queue
+//     again) go at once.
+//
+// A YOURJOBS lost on the way (the link broke after the write) leaves an
+// at-least-once job active on the giver, which requeues it after its
+// RETRY; an at-most-once one is lost, never delivered twice.
+
+// NeedJobs implements queue.Cluster.
+func (j *Jobs) NeedJobs(reqs []queue.NeedJobsRequest) {
+	if len(reqs) == 0 || j.boundTr.Load() == nil || j.selfLeaving() {
+		return
+	}
+	var everyone []string
+	sent := 0
+	for _, r := range reqs {
+		nodes := r.Nodes
+		if nodes == nil {
+			if everyone == nil {
+				everyone = j.needJobsTargets()
+			}
+			nodes = everyone
+		}
+		if len(nodes) == 0 {
+			continue
+		}
+		msg := encodeNeedJobs(r.Queue, max(r.Count, 1))
+		self := j.self()
+		for _, n := range nodes {
+			if n != self {
+				j.send(n, MsgNeedJobs, msg)
+				sent++
+			}
+		}
+	}
+	j.count(func(s *JobsStats) { s.NeedJobsSent += int64(sent) })
+}
+
+// needJobsTargets are the nodes a broadcast NEEDJOBS goes to: every other
+// reachable node, leaving or not.
+func (j *Jobs) needJobsTargets() []string {
+	self := j.self()
+	var ids []string
+	for _, n := range j.cfg.Peers.Reachable() {
+		if n.ID != self && !n.Myself {
+			ids = append(ids, n.ID)
+		}
+	}
+	return ids
+}
+
+// selfLeaving reports whether this node is leaving the cluster (CLUSTER
+// LEAVING yes), as membership says.
+func (j *Jobs) selfLeaving() bool {
+	self := j.self()
+	for _, n := range j.cfg.Peers.Nodes() {
+		if n.Myself || n.ID == self {
+			return n.Leaving
+		}
+	}
+	return false
+}
+
+// givers are the NEEDJOBS received and not answered yet, per asker. They
+// are answered off the link's goroutine (giveJobs), so that a NEEDJOBS
+// does not wait behind the SETACKs and DELJOBs the same asker sent before
+// it, each with its own durable write, and those do not wait for it: the
+// next jobs are on their way while the acks of the last ones are applied.
+// Under Jobs.mu; running counts the goroutines, which Close waits for.
+type givers struct {
+	byAsker map[string]*giver
+	running sync.WaitGroup
+}
+
+// giver is one asker's NEEDJOBS waiting: per queue, the largest count
+// asked since the last answer (a NEEDJOBS asked again before it was
+// answered is answered once).
+type giver struct {
+	want map[string]int
+}
+
+// maxNeedJobsPending bounds the queues one asker's NEEDJOBS may wait for
+// (more are dropped: NEEDJOBS is asked again at its pace).
+const maxNeedJobsPending = 1024
+
+// handleNeedJobs records a NEEDJOBS, to be answered by the asker's giver
+// goroutine (started if none runs).
+func (j *Jobs) handleNeedJobs(from string, p []byte) error {
+	name, count, err := decodeNeedJobs(p)
+	if err != nil {
+		return err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return nil
+	}
+	if j.givers.byAsker == nil {
+		j.givers.byAsker = map[string]*giver{}
+	}
+	g := j.givers.byAsker[from]
+	start := g == nil
+	if start {
+		g = &giver{want: map[string]int{}}
+		j.givers.byAsker[from] = g
+		j.givers.running.Add(1)
+		go j.giveJobs(from, g)
+	}
+	if c, ok := g.want[name]; ok || len(g.want) < maxNeedJobsPending {
+		g.want[name] = max(c, count)
+	}
+	return nil
+}
+
+// giveJobs answers one asker's NEEDJOBS until none is waiting: for each
+// queue, while the bus link back is up, the jobs the broker gives go in
+// one YOURJOBS.
+func (j *Jobs) giveJobs(from string, g *giver) {
+	defer j.givers.running.Done()
+	for {
+		j.mu.Lock()
+		want := g.want
+		if len(want) == 0 || j.closed {
+			delete(j.givers.byAsker, from)
+			j.mu.Unlock()
+			return
+		}
+		g.want = map[string]int{}
+		j.mu.Unlock()
+		for name, count := range want {
+			j.give(from, name, count)
+		}
+	}
+}
+
+// give answers one NEEDJOBS with the jobs the broker gives, unless the
+// YOURJOBS could not go (no link back: take nothing).
+func (j *Jobs) give(from, name string, count int) {
+	tr := j.boundTr.Load()
+	if tr == nil || !(*tr).Connected(from) {
+		return
+	}
+	jobs, err := j.broker.RemoteNeedJobs(from, name, count)
+	if err != nil {
+		j.log.Warn("replication: NEEDJOBS", "from", from, "queue", name, "err", err)
+		return
+	}
+	if len(jobs) == 0 {
+		return
+	}
+	j.send(from, MsgYourJobs, encodeYourJobs(jobs))
+	j.count(func(s *JobsStats) { s.YourJobsSent += int64(len(jobs)) })
+}
+
+// handleYourJobs queues the jobs another node moved here.
+func (j *Jobs) handleYourJobs(from string, p []byte) error {
+	jobs, err := decodeYourJobs(p)
+	if err != nil {
+		return err
+	}
+	j.count(func(s *JobsStats) { s.YourJobsReceived += int64(len(jobs)) })
+	more, err := j.broker.RemoteYourJobs(from, jobs)
+	if err != nil {
+		// Not queued here: the sender's at-least-once copies requeue
+		// after their RETRY.
+		j.log.Warn("replication: YOURJOBS", "from", from, "jobs", len(jobs), "err", err)
+		return nil
+	}
+	j.NeedJobs(more)
+	return nil
+}
