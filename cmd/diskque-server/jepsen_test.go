@@ -82,7 +82,6 @@ const (
 	jepsenAddTimeout  = 3000 // ADDJOB ms-timeout
 	jepsenGetTimeout  = 500  // GETJOB TIMEOUT, ms
 	jepsenDrainWait   = 45 * time.Second
-	jepsenGCWait      = 40 * time.Second
 	jepsenDummyWait   = 5 * time.Second // after the last copy went
 	jepsenGoneSettle  = time.Second     // the prober's two rounds with no holder are this far apart
 	jepsenProbeEvery  = 250 * time.Millisecond
@@ -548,7 +547,10 @@ func TestJepsenKillRestart(t *testing.T) {
 	// First every copy, then (a little longer) every dummy ack.
 	gcStart := time.Now()
 	var left []holding
-	deadline, dummyDeadline := time.Now().Add(jepsenGCWait), time.Time{}
+	// SETACK is retried after 1 s doubling to 180 s: after a fault phase
+	// of d, a holder back at its end is reached within about d.
+	gcWait := min(max(phase+5*time.Second, 25*time.Second), 190*time.Second)
+	deadline, dummyDeadline := time.Now().Add(gcWait), time.Time{}
 	for {
 		l, copies := held()
 		left = l
