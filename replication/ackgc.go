@@ -172,9 +172,10 @@ func (j *Jobs) ackLoop() {
 // gotAcks records GOTACK answers from node from. A job whose holders have
 // all answered is deleted on them (DELJOB) and here; a dummy ack that
 // reached a node that knows the job leaves the collection to that node and
-// is deleted here; a dummy ack that every node answered without knowing
-// the job stays (until its TTL) to block a late REPLJOB, no longer
-// collected.
+// is deleted here; so is a dummy ack that every node answered without
+// knowing the job (Disque's "not known cluster-wide"): no copy is left
+// anywhere, so no REPLJOB can come late, and kept it would last the id's
+// TTL.
 func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
 	var done, dropDummy []string
 	dels := map[string][]string{}
@@ -203,7 +204,8 @@ func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
 		}
 		delete(j.acks, id)
 		if gc.dummy {
-			continue // nobody has it: the dummy stays until its TTL
+			dropDummy = append(dropDummy, id) // nobody has it
+			continue
 		}
 		done = append(done, id)
 		for _, n := range gc.targets {

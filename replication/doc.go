@@ -224,12 +224,14 @@
 //     until all answered GOTACK; then DELJOB to all and the job is deleted
 //     here. Each SETACK says how many nodes the sender knows may hold the
 //     job (mayhave; 0 for a dummy ack). A receiver acks the job (a queued
-//     copy leaves its queue; an unknown id leaves a dummy ack) and answers
+//     copy leaves its queue; an unknown id leaves a dummy ack, but for a
+//     dummy ack's SETACK, mayhave 0, which leaves nothing: no collection
+//     would ever reach a bystander's dummy) and answers
 //     GOTACK with whether it knew it — unless it knows more holders than
 //     mayhave: then it collects the job itself, and answers only a dummy
 //     ack's SETACK (as Disque). A dummy ack that reaches a node that knows
-//     the job leaves the collection to it and goes; one that nobody knows
-//     stays until its TTL and is no longer retried. A DELJOB for a job
+//     the job leaves the collection to it and goes; so does one that every
+//     node answered without knowing the job (no copy is left anywhere). A DELJOB for a job
 //     being collected here too ends that collection with DELJOB to its
 //     targets (clearing the dummy acks its SETACKs left). A target no
 //     longer known (forgotten) counts as confirmed at the next round.

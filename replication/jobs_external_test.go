@@ -87,8 +87,8 @@ func TestExternalReplicationKeepsNoLocalCopy(t *testing.T) {
 	if _, err := origin.broker.Ack([]string{res.ID}); err != nil {
 		t.Fatal(err)
 	}
-	// A node that never had it keeps the dummy ack the SETACK left
-	// (until its TTL: a late REPLJOB must not bring the job back).
+	// A node that never had it may keep the dummy ack a holder's SETACK
+	// left (until its TTL: a late REPLJOB must not bring the job back).
 	eventually(t, "every copy collected, the origin's dummy ack too", func() bool {
 		held, _ := c.holders(t, res.ID)
 		for _, nd := range held {

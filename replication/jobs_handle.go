@@ -1,6 +1,8 @@
 package replication
 
 import (
+	"errors"
+
 	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/storage"
 )
@@ -273,6 +275,13 @@ func (j *Jobs) gotJobs(from string, ids []string) {
 // a sender that knows fewer holders would delete the job everywhere it
 // knows and leave the others' copies to be requeued.
 func (j *Jobs) setAcks(from string, ids []string, mayhave []int) {
+	ids, mayhave, strangers := j.dropUnknownDummySetAcks(ids, mayhave)
+	if len(strangers) > 0 {
+		j.send(from, MsgGotAck, encodeGotAcks(strangers, make([]bool, len(strangers))))
+	}
+	if len(ids) == 0 {
+		return
+	}
 	known, err := j.broker.RemoteSetAck(ids)
 	if err != nil {
 		j.log.Warn("replication: SETACK", "from", from, "err", err)
@@ -298,6 +307,27 @@ func (j *Jobs) setAcks(from string, ids []string, mayhave []int) {
 	if len(collect) > 0 {
 		j.Acked(collect)
 	}
+}
+
+// dropUnknownDummySetAcks takes out of a SETACK the ids with mayhave 0
+// (the sender has a dummy ack: a client acked there a job it never had)
+// that this node does not know either, and returns them apart, to be
+// answered GOTACK not-known at once. Recording them as dummy acks here
+// would leave one on every bystander until the id's TTL: the holder that
+// collects the job sends DELJOB to the job's own nodes only. Disque leaves
+// nothing for an unknown SETACK; a holder's SETACK (mayhave > 0) still
+// leaves a dummy ack, which blocks a late REPLJOB from that holder.
+func (j *Jobs) dropUnknownDummySetAcks(ids []string, mayhave []int) (keep []string, keepMayhave []int, strangers []string) {
+	for i, id := range ids {
+		if mayhave[i] == 0 {
+			if _, err := j.broker.Store().Job(id); errors.Is(err, storage.ErrNotFound) {
+				strangers = append(strangers, id)
+				continue
+			}
+		}
+		keep, keepMayhave = append(keep, id), append(keepMayhave, mayhave[i])
+	}
+	return keep, keepMayhave, strangers
 }
 
 // delJobs deletes the copies (DELJOB) and forgets their collection. A
