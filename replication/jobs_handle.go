@@ -1,6 +1,8 @@
 package replication
 
 import (
+	"errors"
+
 	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/storage"
 )
@@ -206,14 +208,33 @@ func (j *Jobs) gotJobs(from string, ids []string) {
 // if the sender has a dummy ack (mayhave 0), which may then go. Answered,
 // a sender that knows fewer holders would delete the job everywhere it
 // knows and leave the others' copies to be requeued.
+//
+// A SETACK with mayhave 0 is a search: the sender holds a dummy ack (an
+// ACKJOB of an id it never had) and asks every node. A job unknown here
+// is answered "not known" and leaves nothing (as in Disque): a dummy ack
+// left by a search is collected by nobody — no holder's collection names
+// this node, or it deleted its copy already — and stays until its TTL.
+// (A search held up on a link to a restarting peer arrived after the
+// copies were collected and left acked "copies" on their holders: Disque
+// suite 05-acks, "acknowledge jobs to nodes not knowing it".)
 func (j *Jobs) setAcks(from string, ids []string, mayhave []int) {
+	var answer []string
+	var answerKnown []bool
+	ids, mayhave, answer = j.dropUnknownSearches(ids, mayhave)
+	for range answer {
+		answerKnown = append(answerKnown, false)
+	}
+	if len(ids) == 0 {
+		if len(answer) > 0 {
+			j.send(from, MsgGotAck, encodeGotAcks(answer, answerKnown))
+		}
+		return
+	}
 	known, err := j.broker.RemoteSetAck(ids)
 	if err != nil {
 		j.log.Warn("replication: SETACK", "from", from, "err", err)
 		return // no GOTACK: the sender tries again
 	}
-	var answer []string
-	var answerKnown []bool
 	var collect []*storage.Job
 	for i, id := range ids {
 		if known[i] {
@@ -232,6 +253,24 @@ func (j *Jobs) setAcks(from string, ids []string, mayhave []int) {
 	if len(collect) > 0 {
 		j.Acked(collect)
 	}
+}
+
+// dropUnknownSearches splits off the ids of a SETACK that are searches
+// (mayhave 0) for a job this node does not have: they are answered "not
+// known" and not acked here. A job whose REPLJOB lands right after the
+// lookup is acked by its holders' collection, which names this node.
+func (j *Jobs) dropUnknownSearches(ids []string, mayhave []int) (keep []string, keepMayhave []int, unknown []string) {
+	st := j.broker.Store()
+	for i, id := range ids {
+		if mayhave[i] == 0 {
+			if _, err := st.Job(id); errors.Is(err, storage.ErrNotFound) {
+				unknown = append(unknown, id)
+				continue
+			}
+		}
+		keep, keepMayhave = append(keep, id), append(keepMayhave, mayhave[i])
+	}
+	return keep, keepMayhave, unknown
 }
 
 // delJobs deletes the copies (DELJOB) and forgets their collection. A
