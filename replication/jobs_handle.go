@@ -1,8 +1,6 @@
 package replication
 
 import (
-	"errors"
-
 	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/storage"
 )
@@ -218,23 +216,13 @@ func (j *Jobs) gotJobs(from string, ids []string) {
 // copies were collected and left acked "copies" on their holders: Disque
 // suite 05-acks, "acknowledge jobs to nodes not knowing it".)
 func (j *Jobs) setAcks(from string, ids []string, mayhave []int) {
-	var answer []string
-	var answerKnown []bool
-	ids, mayhave, answer = j.dropUnknownSearches(ids, mayhave)
-	for range answer {
-		answerKnown = append(answerKnown, false)
-	}
-	if len(ids) == 0 {
-		if len(answer) > 0 {
-			j.send(from, MsgGotAck, encodeGotAcks(answer, answerKnown))
-		}
-		return
-	}
-	known, err := j.broker.RemoteSetAck(ids)
+	known, err := j.remoteSetAcks(ids, mayhave)
 	if err != nil {
 		j.log.Warn("replication: SETACK", "from", from, "err", err)
 		return // no GOTACK: the sender tries again
 	}
+	var answer []string
+	var answerKnown []bool
 	var collect []*storage.Job
 	for i, id := range ids {
 		if known[i] {
@@ -255,22 +243,39 @@ func (j *Jobs) setAcks(from string, ids []string, mayhave []int) {
 	}
 }
 
-// dropUnknownSearches splits off the ids of a SETACK that are searches
-// (mayhave 0) for a job this node does not have: they are answered "not
-// known" and not acked here. A job whose REPLJOB lands right after the
-// lookup is acked by its holders' collection, which names this node.
-func (j *Jobs) dropUnknownSearches(ids []string, mayhave []int) (keep []string, keepMayhave []int, unknown []string) {
-	st := j.broker.Store()
-	for i, id := range ids {
+// remoteSetAcks acks ids here, the searches (mayhave 0) with
+// RemoteSetAckKnown, which leaves nothing for an id unknown here, the
+// others with RemoteSetAck; known is in the order of ids.
+func (j *Jobs) remoteSetAcks(ids []string, mayhave []int) ([]bool, error) {
+	var search, other []int
+	for i := range ids {
 		if mayhave[i] == 0 {
-			if _, err := st.Job(id); errors.Is(err, storage.ErrNotFound) {
-				unknown = append(unknown, id)
-				continue
-			}
+			search = append(search, i)
+		} else {
+			other = append(other, i)
 		}
-		keep, keepMayhave = append(keep, id), append(keepMayhave, mayhave[i])
 	}
-	return keep, keepMayhave, unknown
+	known := make([]bool, len(ids))
+	for _, part := range []struct {
+		at  []int
+		ack func([]string) ([]bool, error)
+	}{{search, j.broker.RemoteSetAckKnown}, {other, j.broker.RemoteSetAck}} {
+		if len(part.at) == 0 {
+			continue
+		}
+		sub := make([]string, len(part.at))
+		for k, i := range part.at {
+			sub[k] = ids[i]
+		}
+		got, err := part.ack(sub)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range part.at {
+			known[i] = got[k]
+		}
+	}
+	return known, nil
 }
 
 // delJobs deletes the copies (DELJOB) and forgets their collection. A
