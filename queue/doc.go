@@ -140,8 +140,9 @@
 // FASTACK deletes and hands the job to Cluster.FastAcked. The messages of
 // other nodes arrive through ReplicaAdd (REPLJOB: an idempotent, durable
 // copy, active and not queued; ReplicaApply is the same with the wait for
-// durability left to the caller), RemoteSetAck (SETACK) and RemoteDelJob
-// (DELJOB) (remote.go).
+// durability left to the caller), RemoteSetAck (SETACK: an unknown id
+// leaves a dummy ack; RemoteSetAckKnown, for a dummy ack's search, leaves
+// nothing) and RemoteDelJob (DELJOB) (remote.go).
 //
 // About one queued copy (remote_queueing.go). Every holder of a job runs
 // its own requeue timer (RETRY ± 500 ms). While other nodes are known

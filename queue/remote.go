@@ -162,13 +162,22 @@ func mergeNodes(cur, more []string) ([]string, bool) {
 // queued one leaves its queue; an unknown at-least-once id leaves a dummy
 // ack, so a late REPLJOB does not bring it back. It returns, per id,
 // whether the job was known here (GOTACK's "known"), once durable.
-func (b *Broker) RemoteSetAck(ids []string) ([]bool, error) {
+func (b *Broker) RemoteSetAck(ids []string) ([]bool, error) { return b.remoteSetAck(ids, true) }
+
+// RemoteSetAckKnown is RemoteSetAck for a dummy ack's search (SETACK with
+// mayhave 0): the jobs known here are acked, an unknown id leaves nothing
+// (Disque's answer: not known). Looked up in the same batch as the ack, so
+// a DELJOB committed meanwhile cannot turn the ack into a dummy nobody
+// collects.
+func (b *Broker) RemoteSetAckKnown(ids []string) ([]bool, error) { return b.remoteSetAck(ids, false) }
+
+func (b *Broker) remoteSetAck(ids []string, dummies bool) ([]bool, error) {
 	known := make(map[string]bool, len(ids))
 	_, err := b.idBatch(ids, func(batch *storage.Batch, id string, now int64) error {
 		j, err := b.st.Job(id)
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
-			if storage.ValidJobID(id) && !storage.IDAtMostOnce(id) {
+			if dummies && storage.ValidJobID(id) && !storage.IDAtMostOnce(id) {
 				return wrapStore(batch.AckUnknown(id, now+idTTLMillis(id)))
 			}
 		case err != nil:

@@ -100,14 +100,16 @@
 // Each direction of a peer pair has its own connection: the node that
 // sends dials (SetPeer starts the link at once, and redials after a
 // failure with a jittered backoff from BackoffMin, 100 ms, doubling to
-// BackoffMax, 3 s), the node that receives accepts, on the KindBus byte of
-// its PortMux. The dialler only writes frames and the acceptor only reads
-// them after the handshake; the dialler also reads, to learn at once that
-// the acceptor went away (any byte or EOF ends the link). Connected(id) is
-// true while the sending link to id is handshaken and not broken. An
-// acceptor keeps one reader per peer: a new link from the same node closes
-// the old one and waits for its reader, so the Handler sees one peer's
-// messages from one goroutine, in order. With a BatchHandler
+// BackoffMax, 3 s; a link in backoff dials at once when the peer dials
+// us, since it is up: after a restart its peers' answers wait no backoff),
+// the node that receives accepts, on the KindBus byte of its PortMux. The
+// dialler only writes frames and the acceptor only reads them after the
+// handshake; the dialler also reads, to learn at once that the acceptor
+// went away (any byte or EOF ends the link). Connected(id) is true while
+// the sending link to id is handshaken and not broken. An acceptor keeps
+// one reader per peer: a new link from the same node closes the old one
+// and waits for its reader, so the Handler sees one peer's messages from
+// one goroutine, in order. With a BatchHandler
 // (TCPConfig.BatchHandler; MemNetwork.JoinBatch) the reader hands over,
 // with each frame, the frames already whole in its read buffer — at most
 // 256, no more once 1 MiB of payload is taken, never waiting for more —
@@ -224,10 +226,9 @@
 //     until all answered GOTACK; then DELJOB to all and the job is deleted
 //     here. Each SETACK says how many nodes the sender knows may hold the
 //     job (mayhave; 0 for a dummy ack). A receiver acks the job (a queued
-//     copy leaves its queue; an unknown id leaves a dummy ack, but for a
-//     dummy ack's SETACK, mayhave 0, which leaves nothing: no collection
-//     would ever reach a bystander's dummy) and answers
-//     GOTACK with whether it knew it — unless it knows more holders than
+//     copy leaves its queue; an unknown id leaves a dummy ack, but not for
+//     a dummy ack's search, mayhave 0, which nobody would collect) and
+//     answers GOTACK with whether it knew it — unless it knows more holders than
 //     mayhave: then it collects the job itself, and answers only a dummy
 //     ack's SETACK (as Disque). A dummy ack that reaches a node that knows
 //     the job leaves the collection to it and goes; so does one that every

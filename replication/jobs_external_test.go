@@ -46,19 +46,20 @@ func TestExternalReplicationKeepsNoLocalCopy(t *testing.T) {
 	if n := origin.st.Stats().Jobs; n != 0 {
 		t.Fatalf("the origin holds %d jobs, want none", n)
 	}
-	// The reply came after two other nodes had a durable copy.
+	// The reply came after two other nodes had a durable copy. A third
+	// may hold one too: when the GOTJOBs are late (past ResendInterval, a
+	// loaded machine's fsync), the origin sends the job to one more node,
+	// as Disque does every 50 ms; that copy lists all three, the first
+	// two list the nodes sent to when theirs went.
 	held, _ := c.holders(t, res.ID)
-	if len(held) != 2 {
-		t.Fatalf("%d nodes hold the job, want 2", len(held))
-	}
-	var ids []string
-	for _, nd := range held {
-		ids = append(ids, nd.id)
+	if len(held) < 2 {
+		t.Fatalf("%d nodes hold the job, want at least 2", len(held))
 	}
 	for _, nd := range held {
 		j, _ := nd.st.Job(res.ID)
-		if slices.Contains(j.Nodes, origin.id) || len(j.Nodes) != 2 || !slices.Contains(j.Nodes, ids[0]) || !slices.Contains(j.Nodes, ids[1]) {
-			t.Fatalf("node %s: nodes %v, want the two holders %v", nd.id[:8], j.Nodes, ids)
+		if slices.Contains(j.Nodes, origin.id) || len(j.Nodes) < 2 || !slices.Contains(j.Nodes, nd.id) {
+			t.Fatalf("node %s: nodes %v, want at least two holders, itself among them, not the origin %s",
+				nd.id[:8], j.Nodes, origin.id[:8])
 		}
 	}
 	var queuer *jobsNode

@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"errors"
 
 	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/storage"
@@ -274,15 +273,17 @@ func (j *Jobs) gotJobs(from string, ids []string) {
 // if the sender has a dummy ack (mayhave 0), which may then go. Answered,
 // a sender that knows fewer holders would delete the job everywhere it
 // knows and leave the others' copies to be requeued.
+//
+// A SETACK with mayhave 0 is a search: the sender holds a dummy ack (an
+// ACKJOB of an id it never had) and asks every node. A job unknown here
+// is answered "not known" and leaves nothing (as in Disque): a dummy ack
+// left by a search is collected by nobody — no holder's collection names
+// this node, or it deleted its copy already — and stays until its TTL.
+// (A search held up on a link to a restarting peer arrived after the
+// copies were collected and left acked "copies" on their holders: Disque
+// suite 05-acks, "acknowledge jobs to nodes not knowing it".)
 func (j *Jobs) setAcks(from string, ids []string, mayhave []int) {
-	ids, mayhave, strangers := j.dropUnknownDummySetAcks(ids, mayhave)
-	if len(strangers) > 0 {
-		j.send(from, MsgGotAck, encodeGotAcks(strangers, make([]bool, len(strangers))))
-	}
-	if len(ids) == 0 {
-		return
-	}
-	known, err := j.broker.RemoteSetAck(ids)
+	known, err := j.remoteSetAcks(ids, mayhave)
 	if err != nil {
 		j.log.Warn("replication: SETACK", "from", from, "err", err)
 		return // no GOTACK: the sender tries again
@@ -309,25 +310,39 @@ func (j *Jobs) setAcks(from string, ids []string, mayhave []int) {
 	}
 }
 
-// dropUnknownDummySetAcks takes out of a SETACK the ids with mayhave 0
-// (the sender has a dummy ack: a client acked there a job it never had)
-// that this node does not know either, and returns them apart, to be
-// answered GOTACK not-known at once. Recording them as dummy acks here
-// would leave one on every bystander until the id's TTL: the holder that
-// collects the job sends DELJOB to the job's own nodes only. Disque leaves
-// nothing for an unknown SETACK; a holder's SETACK (mayhave > 0) still
-// leaves a dummy ack, which blocks a late REPLJOB from that holder.
-func (j *Jobs) dropUnknownDummySetAcks(ids []string, mayhave []int) (keep []string, keepMayhave []int, strangers []string) {
-	for i, id := range ids {
+// remoteSetAcks acks ids here, the searches (mayhave 0) with
+// RemoteSetAckKnown, which leaves nothing for an id unknown here, the
+// others with RemoteSetAck; known is in the order of ids.
+func (j *Jobs) remoteSetAcks(ids []string, mayhave []int) ([]bool, error) {
+	var search, other []int
+	for i := range ids {
 		if mayhave[i] == 0 {
-			if _, err := j.broker.Store().Job(id); errors.Is(err, storage.ErrNotFound) {
-				strangers = append(strangers, id)
-				continue
-			}
+			search = append(search, i)
+		} else {
+			other = append(other, i)
 		}
-		keep, keepMayhave = append(keep, id), append(keepMayhave, mayhave[i])
 	}
-	return keep, keepMayhave, strangers
+	known := make([]bool, len(ids))
+	for _, part := range []struct {
+		at  []int
+		ack func([]string) ([]bool, error)
+	}{{search, j.broker.RemoteSetAckKnown}, {other, j.broker.RemoteSetAck}} {
+		if len(part.at) == 0 {
+			continue
+		}
+		sub := make([]string, len(part.at))
+		for k, i := range part.at {
+			sub[k] = ids[i]
+		}
+		got, err := part.ack(sub)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range part.at {
+			known[i] = got[k]
+		}
+	}
+	return known, nil
 }
 
 // delJobs deletes the copies (DELJOB) and forgets their collection. A

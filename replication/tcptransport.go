@@ -341,7 +341,17 @@ func (t *TCPTransport) accept(c net.Conn) {
 	t.mu.Lock()
 	old := t.inbound[peer]
 	t.inbound[peer] = me
+	out := t.links[peer]
 	t.mu.Unlock()
+	// The peer just reached us, so it is up: our link to it, if waiting
+	// out a backoff (up to BackoffMax after the peer was down a while),
+	// dials now. Else, for seconds after a restart, what we send it —
+	// GOTJOB, GOTACK, DELJOB — was dropped: its ADDJOBs kept adding nodes
+	// (a REPLICATE 5 job on all 7) and its acks stayed uncollected.
+	// Disque's cron reconnects a link within 100 ms.
+	if out != nil {
+		out.peerIsUp()
+	}
 	if old != nil {
 		old.conn.Close()
 		<-old.done

@@ -134,6 +134,14 @@ func (l *tcpLink) setAddr(addr string) {
 	signal(l.redial)
 }
 
+// peerIsUp cuts short the backoff of a link that is not connected: the
+// peer was heard from (it dialled us), so the next dial is at once.
+func (l *tcpLink) peerIsUp() {
+	if !l.up.Load() {
+		signal(l.redial)
+	}
+}
+
 // stop ends the link: its connection is closed, its queue dropped, and it
 // returns once run has.
 func (l *tcpLink) stop() {

@@ -6,12 +6,16 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/diskque/diskque/replication"
 )
 
 // clusterInfoField is one field of CLUSTER INFO.
@@ -280,13 +284,18 @@ func TestClusterWrongSecretIsRefused(t *testing.T) {
 
 // TestClusterNodesFileKeepsPeersLearnedByGossip: A MEETs B and B MEETs C,
 // so A and C learn of each other by gossip alone. C starts last, and as soon
-// as the three see each other, B and C are killed with SIGKILL (no
-// SAVECONFIG) and C is restarted on its directory, on another bus port: its
-// nodes file must already list A, the only live node, which it rejoins with
-// no MEET.
+// as the three see each other and C's nodes file lists A (written on its
+// own: no SAVECONFIG), B and C are killed with SIGKILL and C is restarted
+// on its directory, on another bus port: it rejoins A, the only live node,
+// from its nodes file alone, with no MEET.
 // (The nodes file used to be written at most every 250 ms, counting from
 // the write at start: a node killed within 250 ms of its start had not
-// saved the peers it learned meanwhile.)
+// saved the peers it learned meanwhile. It is written within milliseconds
+// of a change now, but after it: the test used to kill C as soon as its
+// CLUSTER NODES listed A, and on a loaded machine C, alive 150 ms, was
+// killed before its write — an fsync and a rename — was done, and
+// restarted knowing only B, dead. replication/doc.go: "until the write a
+// kill -9 loses the change".)
 func TestClusterNodesFileKeepsPeersLearnedByGossip(t *testing.T) {
 	var nodes []*daemon
 	var clients []*redis.Client
@@ -305,10 +314,16 @@ func TestClusterNodesFileKeepsPeersLearnedByGossip(t *testing.T) {
 	}
 	waitReachable(t, 20*time.Second, 2, clients...)
 	idA := myID(t, clients[a])
-	waitUntil(t, 10*time.Second, "C to list A in CLUSTER NODES", func() bool {
+	listed := waitUntil(t, 10*time.Second, "C to list A in CLUSTER NODES", func() bool {
 		_, ok := clusterNodes(t, clients[c])[idA]
 		return ok
 	})
+	nodesFile := filepath.Join(nodes[c].dir, replication.NodesFileName)
+	saved := waitUntil(t, 10*time.Second, "C's nodes file to list A", func() bool {
+		b, err := os.ReadFile(nodesFile)
+		return err == nil && strings.Contains(string(b), "\nnode "+idA+" ")
+	})
+	t.Logf("C's nodes file listed A %v after its CLUSTER NODES did", saved.Sub(listed).Round(time.Millisecond))
 	nodes[c].Kill()
 	nodes[b].Kill()
 	// C comes back on another bus port: A cannot find it at the old one,

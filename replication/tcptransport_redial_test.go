@@ -1,0 +1,65 @@
+package replication
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/diskque/diskque/internal/leakcheck"
+)
+
+// TestTCPTransportRedialsAPeerThatDialledIn: a's link to b, down while b
+// was, waits out a backoff of a minute; b, back on the same address, dials
+// a, and a's link redials at once, so what a sends b arrives in seconds,
+// not after the backoff. (Before, for up to BackoffMax — 3 s in the daemon
+// — after a node's restart, its peers' GOTJOBs, GOTACKs and DELJOBs to it
+// were dropped: Disque suite 05-acks then found a REPLICATE 5 job on all 7
+// nodes, or an ack not collected.)
+func TestTCPTransportRedialsAPeerThatDialledIn(t *testing.T) {
+	leakcheck.Check(t)
+	b := startTCPNode(t, tcpTestConfig("node-b", "", func(string, Message) {}))
+	bAddr := b.addr()
+	b.close()
+
+	cfg := tcpTestConfig("node-a", "", func(string, Message) {})
+	cfg.BackoffMin, cfg.BackoffMax = time.Minute, time.Minute
+	a := startTCPNode(t, cfg)
+	a.tr.SetPeer("node-b", bAddr)
+	if err := a.tr.Send("node-b", suiteSeq(0)); err != nil {
+		t.Fatal(err) // queued: the link is not up yet
+	}
+	a.log.waitFor(t, "cannot reach peer", "node-b") // now in its minute of backoff
+
+	// b again, on its address (held a moment after the close, maybe).
+	rb := newSuiteRecorder()
+	var mux *PortMux
+	suiteWaitUntil(t, "b's address to be free again", func() bool {
+		var err error
+		mux, err = ListenMux(bAddr, slog.New(slog.DiscardHandler))
+		return err == nil
+	})
+	served := make(chan struct{})
+	go func() { defer close(served); mux.Serve() }()
+	bcfg := tcpTestConfig("node-b", "", rb.handle)
+	bcfg.Mux, bcfg.Logger = mux, slog.New(slog.DiscardHandler)
+	b2, err := NewTCPTransport(bcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b2.Close(); mux.Close(); <-served })
+	b2.SetPeer("node-a", a.addr())
+	suiteSend(t, b2, "node-a", suiteSeq(0))
+
+	start := time.Now()
+	deadline := time.Now().Add(10 * time.Second) // far below the minute
+	for !a.tr.Connected("node-b") {
+		if time.Now().After(deadline) {
+			t.Fatalf("a's link to b not up %v after b dialled a (it waits out its backoff)", time.Since(start))
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+	if got := rb.waitFor(t, "node-a", 1); suiteSeqOf(t, got[0]) != 0 {
+		t.Fatalf("b received %v", got)
+	}
+	t.Logf("a's link to b up %v after b dialled a", time.Since(start).Round(time.Millisecond))
+}
