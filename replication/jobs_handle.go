@@ -1,7 +1,6 @@
 package replication
 
 import (
-
 	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/storage"
 )
