@@ -82,28 +82,15 @@ func decodeReplJobs(p []byte) (noReply bool, jobs []replJob, err error) {
 	n := d.count(minReplJobBytes)
 	for i := 0; i < n && d.err == nil; i++ {
 		j := &storage.Job{ID: d.id()}
-		j.Queue = d.str()
+		j.Queue = d.queueName()
 		j.Ctime = d.uvarint()
 		j.Etime = d.varint()
 		j.Delay = d.u32()
 		j.Retry = d.u32()
 		j.Repl = uint16(d.bounded(65535))
 		j.AwakeTime = d.varint()
-		nn := d.count(2)
-		if nn > maxNodesPerJob {
-			d.fail("too many nodes")
-		}
-		for k := 0; k < nn && d.err == nil; k++ {
-			id := d.str()
-			if d.err == nil && !storage.ValidNodeID(id) {
-				d.fail("bad node id")
-			}
-			j.Nodes = append(j.Nodes, id)
-		}
+		j.Nodes = d.nodes()
 		body := d.str()
-		if d.err == nil && (j.Queue == "" || len(j.Queue) > storage.MaxQueueNameLen) {
-			d.fail("bad queue name")
-		}
 		jobs = append(jobs, replJob{Job: j, Body: []byte(body)})
 	}
 	if err := d.end(); err != nil {
@@ -309,4 +296,31 @@ func (d *msgDecoder) id() string {
 		d.fail("bad job id")
 	}
 	return id
+}
+
+// queueName reads a queue name: not empty, at most MaxQueueNameLen.
+func (d *msgDecoder) queueName() string {
+	name := d.str()
+	if d.err == nil && (name == "" || len(name) > storage.MaxQueueNameLen) {
+		d.fail("bad queue name")
+	}
+	return name
+}
+
+// nodes reads a job's node list: at most maxNodesPerJob valid node ids.
+func (d *msgDecoder) nodes() []string {
+	n := d.count(2)
+	if n > maxNodesPerJob {
+		d.fail("too many nodes")
+		return nil
+	}
+	var ids []string
+	for k := 0; k < n && d.err == nil; k++ {
+		id := d.str()
+		if d.err == nil && !storage.ValidNodeID(id) {
+			d.fail("bad node id")
+		}
+		ids = append(ids, id)
+	}
+	return ids
 }

@@ -31,12 +31,9 @@ func decodeNeedJobs(p []byte) (string, int, error) {
 	d := msgDecoder{b: p}
 	d.version()
 	count := int(d.bounded(maxNeedJobsCount))
-	name := d.str()
+	name := d.queueName()
 	if d.err == nil && count == 0 {
 		d.fail("zero count")
-	}
-	if d.err == nil && (name == "" || len(name) > storage.MaxQueueNameLen) {
-		d.fail("bad queue name")
 	}
 	if err := d.end(); err != nil {
 		return "", 0, err
@@ -82,7 +79,7 @@ func decodeYourJobs(p []byte) ([]queue.Replica, error) {
 	jobs := make([]queue.Replica, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
 		j := &storage.Job{ID: d.id(), State: storage.StateActive}
-		j.Queue = d.str()
+		j.Queue = d.queueName()
 		j.Ctime = d.uvarint()
 		j.Etime = d.varint()
 		j.Delay = d.u32()
@@ -90,21 +87,8 @@ func decodeYourJobs(p []byte) ([]queue.Replica, error) {
 		j.Repl = uint16(d.bounded(65535))
 		j.Nacks = d.u32()
 		j.AdditionalDeliveries = d.u32()
-		nn := d.count(2)
-		if nn > maxNodesPerJob {
-			d.fail("too many nodes")
-		}
-		for k := 0; k < nn && d.err == nil; k++ {
-			id := d.str()
-			if d.err == nil && !storage.ValidNodeID(id) {
-				d.fail("bad node id")
-			}
-			j.Nodes = append(j.Nodes, id)
-		}
+		j.Nodes = d.nodes()
 		body := d.str()
-		if d.err == nil && (j.Queue == "" || len(j.Queue) > storage.MaxQueueNameLen) {
-			d.fail("bad queue name")
-		}
 		jobs = append(jobs, queue.Replica{Job: j, Body: []byte(body)})
 	}
 	if err := d.end(); err != nil {

@@ -54,12 +54,9 @@ func decodePause(p []byte) (string, storage.PauseState, error) {
 	d := msgDecoder{b: p}
 	d.version()
 	state := storage.PauseState(d.byte())
-	name := d.str()
+	name := d.queueName()
 	if d.err == nil && state > storage.PauseAll {
 		d.fail("bad pause state")
-	}
-	if d.err == nil && (name == "" || len(name) > storage.MaxQueueNameLen) {
-		d.fail("bad queue name")
 	}
 	if err := d.end(); err != nil {
 		return "", 0, err
