@@ -564,7 +564,7 @@ func (h *ddHarness) checkInvariants() []string {
 	wantS := map[Event]bool{}
 	wantCount := map[string]int64{}
 	h.scanKeys(prefixJob, func(k, v []byte) {
-		j, err := decodeJob(string(k[1:]), v, h.s.selfNodes)
+		j, err := decodeJob(string(k[1:]), v, h.s.names.Load())
 		if err != nil {
 			bad = append(bad, fmt.Sprintf("job %x: %v", k, err))
 			return
