@@ -202,14 +202,16 @@ func (j *Jobs) FastAcked(jobs []*storage.Job, unknown []string) {
 
 // resume restarts what a restart interrupted: the collection of every
 // acked job on disk, and the end of every job left in wait-repl (deleted
-// here, DELJOB to every node: its ADDJOB was never answered).
+// here, DELJOB to every node: its ADDJOB was never answered). It reads
+// the store's resume set (storage.Store.ScanResumable: those jobs only),
+// so its cost is theirs, not the backlog's.
 func (j *Jobs) resume() error {
 	var acked []*storage.Job
 	var waiting []string
 	after := ""
 	st := j.broker.Store()
 	for {
-		page, err := st.ScanJobs(after, 1024)
+		page, err := st.ScanResumable(after, 1024)
 		if err != nil {
 			return err
 		}
