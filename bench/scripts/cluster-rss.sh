@@ -5,7 +5,8 @@
 # (default 1000000) ADDJOBs of 100-byte bodies with REPLICATE 3 through node 0 (redis-benchmark: 50 clients,
 # pipeline 16), waits until every node holds N jobs, lets it idle 10 s, and prints each node's
 # registered_jobs, VmRSS (from /proc) and the Go heap in use (pprof heap profile, with HEAP=DIR saved there as
-# nodeI.heap for `go tool pprof`).
+# nodeI.heap for `go tool pprof`). DETAIL=1 adds RssAnon/RssFile and Go's MemStats; HOLD=S keeps the nodes up S
+# seconds more (their pids printed) for a look at /proc.
 set -u
 bin=$1; n=${2:-1000000}
 work=$(mktemp -d); pids=()
@@ -50,3 +51,4 @@ for i in 0 1 2; do
     curl -s "http://127.0.0.1:$((b+100+i))/debug/pprof/heap?debug=1" | grep -E '^# (HeapSys|HeapInuse|HeapIdle|HeapReleased|Sys|StackSys|GCSys|OtherSys) ' | paste -sd' '
   fi
 done
+if [ -n "${HOLD:-}" ]; then echo "pids ${pids[*]}; holding ${HOLD} s"; sleep "$HOLD"; fi
