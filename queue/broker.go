@@ -241,6 +241,13 @@ func retryTime(now int64, retry uint32) int64 {
 
 // syncTimersLocked makes the wheel hold the job's current events (those at
 // or before the loader's cursor; later ones are on disk for the loader).
+// A full wheel (MaxTimers) takes none: the cursor moves back to just
+// before the event, which stays on disk until fired events make room and
+// the loader reaches it — so the wheel stays bounded however many jobs
+// arrive with timers inside the horizon (a replica's copies each bring a
+// retry and its WILLQUEUE). Events the wheel holds after the cursor are
+// harmless: the loader's Add of the same event replaces it, and a change
+// of the job removes it first (RemoveAll).
 func (b *Broker) syncTimersLocked(id string, j *storage.Job) {
 	b.wheel.RemoveAll(id)
 	if j == nil {
@@ -249,6 +256,11 @@ func (b *Broker) syncTimersLocked(id string, j *storage.Job) {
 	earliest := false
 	next, ok := b.wheel.Next()
 	for _, e := range j.Events() {
+		if cmpEvent(e, b.cursor) <= 0 && b.wheel.Len() >= b.opts.MaxTimers {
+			b.cursor = storage.Event{Due: e.Due - 1, Kind: 0xff, ID: "\xff"}
+			b.loader = loaderFull
+			continue
+		}
 		if cmpEvent(e, b.cursor) <= 0 {
 			b.wheel.Add(e)
 			due := e.Due

@@ -30,12 +30,15 @@
 //   - Wheel: a hierarchical timer wheel with every schedule event (delay,
 //     retry, ttl) that sorts at or before the loader's cursor; the rest stay
 //     on disk. The loader moves the cursor up to now + Horizon, or less when
-//     more than MaxTimers events would be in memory.
+//     more than MaxTimers events would be in memory; an event that arrives
+//     with a job when the wheel is full moves the cursor back before it
+//     (it may then hold a few events after the cursor, which the loader's
+//     Add of the same event replaces).
 //   - Waiters: blocked GETJOB clients per queue, oldest first; each is
 //     served one job by whoever queues one.
 //
-// So memory is O(queues × HeadSize + events inside the horizon + waiters),
-// whatever the backlog on disk.
+// So memory is O(queues × HeadSize + min(events inside the horizon,
+// MaxTimers) + waiters), whatever the backlog on disk.
 //
 // # Consistency
 //

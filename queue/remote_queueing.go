@@ -26,10 +26,13 @@ func willQueueCompanion(e storage.Event) storage.Event {
 }
 
 // addEventLocked puts e in the wheel, and its WILLQUEUE companion with it
-// when e is a retry event of a clustered broker.
+// when e is a retry event of a clustered broker — unless the wheel held e
+// already (added live before a full wheel moved the cursor back before it:
+// syncTimersLocked), whose companion is there or has fired.
 func (b *Broker) addEventLocked(e storage.Event) {
+	held := b.wheel.Holds(e.ID, e.Kind)
 	b.wheel.Add(e)
-	if e.Kind == storage.EventRetry && b.inCluster {
+	if e.Kind == storage.EventRetry && b.inCluster && !held {
 		b.wheel.Add(willQueueCompanion(e))
 	}
 }

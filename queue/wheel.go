@@ -149,6 +149,12 @@ func (w *Wheel) Add(e storage.Event) bool {
 	return true
 }
 
+// Holds reports whether the wheel holds an event (id, kind).
+func (w *Wheel) Holds(id string, kind storage.EventKind) bool {
+	_, ok := w.index[wheelKey{id, kind}]
+	return ok
+}
+
 // Remove removes the event (id, kind) and reports whether it was held.
 func (w *Wheel) Remove(id string, kind storage.EventKind) bool {
 	k := wheelKey{id, kind}

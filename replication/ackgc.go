@@ -248,14 +248,16 @@ func (j *Jobs) FastAcked(jobs []*storage.Job, unknown []string) {
 // resume restarts what a restart interrupted: the collection of every
 // acked job on disk, and the end of every job left in wait-repl (its
 // ADDJOB was never answered): deleted here, and a dummy ack collected
-// from every node in its place.
+// from every node in its place. It reads the store's resume set
+// (storage.Store.ScanResumable: those jobs only), so its cost is theirs,
+// not the backlog's.
 func (j *Jobs) resume() error {
 	var acked []*storage.Job
 	var waiting []string
 	after := ""
 	st := j.broker.Store()
 	for {
-		page, err := st.ScanJobs(after, 1024)
+		page, err := st.ScanResumable(after, 1024)
 		if err != nil {
 			return err
 		}

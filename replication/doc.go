@@ -240,6 +240,10 @@
 //     deletes the jobs a restart left in wait-repl (their ADDJOB was never
 //     answered), each leaving a dummy ack collected from every node (an
 //     at-most-once one: DELJOB to every node, its copies never requeue).
+//     It finds them in the store's resume set (storage.Store.ScanResumable),
+//     not by reading every job, so a restart's time before serving does not
+//     grow with the backlog (1M copies: 0.7 ms against 7.9 s,
+//     BenchmarkResumeBacklog).
 //   - FastAcked: DELJOB to the job's holders (every node for an id unknown
 //     here), no confirmation.
 //   - WillQueue, Queued, Working (jobs_queueing.go): WILLQUEUE, QUEUED

@@ -205,9 +205,9 @@ func (j *Jobs) Start(b *queue.Broker, t Transport) error {
 	//
 	// A node that knows no other node (a lone node: no peer in its nodes
 	// file) has nothing to resume — on a lone node an ACKJOB deletes at
-	// once and no job waits for copies — and skips the scan, which reads
-	// every job before the node serves (1M jobs: a second): a lone node's
-	// restart stays as fast as before the cluster existed.
+	// once and no job waits for copies — and skips even the read of the
+	// resume set (which holds only acked and wait-repl jobs, so a
+	// clustered node's restart does not read its backlog either).
 	var err error
 	if len(j.otherIDs()) > 0 {
 		err = j.resume()

@@ -395,6 +395,14 @@ func (s *Store) upgradeIndex() error {
 			return err
 		}
 	}
+	resumable := 0
+	if s.upgradeFrom < 6 {
+		// Format 6 keeps the resume set: written here once (resume.go).
+		var err error
+		if resumable, err = s.addResumeSet(b); err != nil {
+			return err
+		}
+	}
 	if err := b.Set(keyFormat, binary.AppendUvarint(nil, formatVersion), nil); err != nil {
 		return err
 	}
@@ -402,7 +410,7 @@ func (s *Store) upgradeIndex() error {
 		return s.indexErr(err)
 	}
 	s.opts.Logger.Info("storage: index upgraded", "from_format", s.upgradeFrom, "to_format", formatVersion,
-		"segments_with_deletions", len(s.legacyHolds), "deletion_keys", keys)
+		"segments_with_deletions", len(s.legacyHolds), "deletion_keys", keys, "resumable_jobs", resumable)
 	s.upgradeFrom, s.legacyHolds = 0, nil
 	return nil
 }

@@ -285,7 +285,7 @@ func BenchmarkIndexFloor(b *testing.B) {
 		j := &Job{ID: NewJobID(node, 86400, 300), Queue: "bench", State: StateQueued,
 			Ctime: clock.Next(now), Etime: now + 86_400_000, Retry: 300, Repl: 1, QueueTime: now + 300_000,
 			StoredSize: 100, BodyLSN: 1}
-		v := encodeJob(nil, j, node)
+		v := encodeJob(nil, j, node, nil)
 		keys := []kv{
 			{appendJobKey(nil, j.ID), v},
 			{appendQueueKey(nil, j.Queue, j.Ctime, j.ID), v},

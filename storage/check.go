@@ -120,10 +120,11 @@ func Check(dir string, opts Options) (rep *CheckReport, err error) {
 }
 
 type checker struct {
-	db   *pebble.DB
-	log  *wal.Log
-	rep  *CheckReport
-	self []string
+	db  *pebble.DB
+	log *wal.Log
+	rep *CheckReport
+	// names is the index's node id and table of interned ids.
+	names *nodeNames
 	// format is the index's format (0: none written yet).
 	format uint64
 	// spans are the damaged spans, in the order of rep.Damage.
@@ -166,10 +167,19 @@ func (c *checker) meta() error {
 		return err
 	}
 	c.rep.NodeID = string(v)
+	c.names = &nodeNames{}
 	if len(v) > 0 {
-		c.self = []string{string(v)}
+		c.names.self = []string{string(v)}
 	}
-	return nil
+	// The table of interned node ids (nodenames.go): numbered 1, 2, … in
+	// key order.
+	return c.scan(prefixNodeName, func(k, v []byte) error {
+		if len(k) != 5 || binary.BigEndian.Uint32(k[1:]) != uint32(len(c.names.ids)+1) {
+			c.rep.problem("node table key %x: the table is not numbered 1 to n", k)
+		}
+		c.names.ids = append(c.names.ids, string(v))
+		return nil
+	})
 }
 
 // aof checks every segment whole.
@@ -209,7 +219,7 @@ func (c *checker) index() error {
 	queued := map[string]int64{}
 	live := map[wal.LSN][2]int64{} // segment → bodies, bytes
 	holds := map[holdPair]int64{}  // the g/ values' counts of deletions waiting
-	var jobs, nEvents int64
+	var jobs, nEvents, resumable int64
 	var bodies []*Job
 	flush := func() {
 		c.bodies(bodies)
@@ -217,12 +227,15 @@ func (c *checker) index() error {
 	}
 	err := c.scan(prefixJob, func(k, v []byte) error {
 		id := string(k[1:])
-		j, err := decodeJob(id, v, c.self)
+		j, err := decodeJob(id, v, c.names)
 		if err != nil {
 			c.rep.problem("job %s: its index value does not decode: %v", id, err)
 			return nil
 		}
 		jobs++
+		if needsResume(j) {
+			resumable++
+		}
 		if j.State == StateQueued {
 			queued[j.Queue]++
 		}
@@ -267,7 +280,7 @@ func (c *checker) index() error {
 		case j.State != StateQueued || j.Ctime != ctime || !bytes.Equal(k, queueKey(j.Queue, j.Ctime, id)):
 			c.rep.problem("queue-order key of %s, which is %s in queue %q at ctime %d", id, j.State, j.Queue, j.Ctime)
 		case len(v) > 0:
-			if qj, err := decodeJob(id, v, c.self); err != nil || !sameJob(qj, j) {
+			if qj, err := decodeJob(id, v, c.names); err != nil || !sameJob(qj, j) {
 				c.rep.problem("queue-order key of %s holds another state of the job than its job key", id)
 			}
 		}
@@ -351,6 +364,34 @@ func (c *checker) index() error {
 	if err != nil {
 		return err
 	}
+	if c.format >= 6 {
+		// The resume set (resume.go): a key for every acked or wait-repl
+		// job, and no other.
+		var rkeys int64
+		err = c.scan(prefixResume, func(k, _ []byte) error {
+			rkeys++
+			if len(k) != 1+JobIDLen {
+				c.rep.problem("malformed resume key %x", k)
+				return nil
+			}
+			j, err := c.job(string(k[1:]))
+			switch {
+			case err != nil:
+				c.rep.problem("resume key of %s: %v", k[1:], err)
+			case j == nil:
+				c.rep.problem("resume key of %s, which is not in the index", k[1:])
+			case !needsResume(j):
+				c.rep.problem("resume key of %s, which is %s", k[1:], j.State)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if rkeys != resumable {
+			c.rep.problem("%d resume keys for %d acked or wait-repl jobs", rkeys, resumable)
+		}
+	}
 	if c.format < 4 {
 		// Holds had no keys before format 4; an open rebuilds them.
 		return nil
@@ -433,7 +474,7 @@ func (c *checker) job(id string) (*Job, error) {
 	if err != nil || v == nil {
 		return nil, err
 	}
-	return decodeJob(id, v, c.self)
+	return decodeJob(id, v, c.names)
 }
 
 // scan calls fn for every key with the one-byte prefix p.

@@ -313,9 +313,12 @@ const indexValueVersion = 2
 // Index value flags. indexFlagSelfNodes: the job's nodes are exactly the
 // store's node. indexFlagCreators (format 3): the job's creator LSNs follow
 // the body's location (without it they are just the body's LSN).
+// indexFlagNodeNums (format 6): the node list is the count and each node's
+// number in the store's table (nodenames.go), not the ids spelled out.
 const (
 	indexFlagSelfNodes = 1
 	indexFlagCreators  = 2
+	indexFlagNodeNums  = 4
 )
 
 // appendJobHeader encodes everything of a job but its body location.
@@ -354,12 +357,25 @@ func appendNodes(dst []byte, nodes []string) []byte {
 
 // encodeJob encodes a job's index value (format 2) for a store whose node
 // id is self ("" before it has one: the node list is then written out).
-func encodeJob(dst []byte, j *Job, self string) []byte {
+// nums gives the numbers of interned node ids (nodenames.go): a list whose
+// every id has one is written as numbers (format 6), any other spelled out
+// (nil nums: always).
+func encodeJob(dst []byte, j *Job, self string, nums func(id string) (uint32, bool)) []byte {
 	dst = append(dst, indexValueVersion)
 	selfOnly := self != "" && len(j.Nodes) == 1 && j.Nodes[0] == self
 	flags := byte(0)
 	if selfOnly {
 		flags |= indexFlagSelfNodes
+	}
+	numbered := !selfOnly && len(j.Nodes) > 0 && nums != nil
+	for _, n := range j.Nodes {
+		if !numbered {
+			break
+		}
+		_, numbered = nums(n)
+	}
+	if numbered {
+		flags |= indexFlagNodeNums
 	}
 	explicit := !j.creatorsAreBody()
 	if explicit {
@@ -367,7 +383,14 @@ func encodeJob(dst []byte, j *Job, self string) []byte {
 	}
 	dst = append(dst, flags)
 	dst = appendJobFields(dst, j)
-	if !selfOnly {
+	switch {
+	case numbered:
+		dst = binary.AppendUvarint(dst, uint64(len(j.Nodes)))
+		for _, n := range j.Nodes {
+			num, _ := nums(n)
+			dst = binary.AppendUvarint(dst, uint64(num))
+		}
+	case !selfOnly:
 		dst = appendNodes(dst, j.Nodes)
 	}
 	dst = binary.AppendUvarint(dst, uint64(j.BodyLSN))
@@ -379,10 +402,11 @@ func encodeJob(dst []byte, j *Job, self string) []byte {
 	return dst
 }
 
-// decodeJob decodes the index value of the job with this id, in either
-// format. self is the store's node list ([node id]), which a format-2 value
-// may refer to; decoded jobs share it (Nodes is never modified in place).
-func decodeJob(id string, b []byte, self []string) (*Job, error) {
+// decodeJob decodes the index value of the job with this id, in any
+// format. names is what a value may refer to: the store's node list (which
+// decoded jobs share: Nodes is never modified in place) and its interned
+// node ids.
+func decodeJob(id string, b []byte, names *nodeNames) (*Job, error) {
 	d := decoder{b: b}
 	j := &Job{}
 	flags := byte(0)
@@ -395,20 +419,27 @@ func decodeJob(id string, b []byte, self []string) (*Job, error) {
 	case len(b) > 0 && b[0] == indexValueVersion:
 		d.byte()
 		flags = d.byte()
-		if flags&^(indexFlagSelfNodes|indexFlagCreators) != 0 {
+		if flags&^(indexFlagSelfNodes|indexFlagCreators|indexFlagNodeNums) != 0 {
 			d.fail(fmt.Sprintf("unknown flags %#x", flags))
+		}
+		if flags&indexFlagSelfNodes != 0 && flags&indexFlagNodeNums != 0 {
+			d.fail("two node lists")
 		}
 		if len(id) != JobIDLen {
 			d.fail("bad id")
 		}
 		j.ID = id
 		d.jobFields(j)
-		if flags&indexFlagSelfNodes != 0 {
+		switch {
+		case flags&indexFlagSelfNodes != 0:
+			self := names.selfList()
 			if len(self) != 1 {
 				d.fail("refers to the node id of a store that has none")
 			}
 			j.Nodes = self
-		} else {
+		case flags&indexFlagNodeNums != 0:
+			d.nodeNums(j, names)
+		default:
 			d.nodes(j)
 		}
 		d.checkState(j)
@@ -608,6 +639,24 @@ func (d *decoder) nodes(j *Job) {
 	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		j.Nodes = append(j.Nodes, d.str())
+	}
+}
+
+// nodeNums reads a node list of numbers (indexFlagNodeNums).
+func (d *decoder) nodeNums(j *Job, names *nodeNames) {
+	n := d.uvarint()
+	if n == 0 || n > uint64(len(d.b)) {
+		d.fail("bad node count")
+		return
+	}
+	j.Nodes = make([]string, 0, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		num := d.uvarint()
+		id, ok := names.name(num)
+		if !ok && d.err == nil {
+			d.fail(fmt.Sprintf("refers to node number %d, which the store's table does not have", num))
+		}
+		j.Nodes = append(j.Nodes, id)
 	}
 }
 

@@ -359,7 +359,7 @@ func (s *Store) queueValuesLocked(entries []QueueEntry, fn func(k int, j *Job)) 
 			case len(be.value) == 0:
 				fn(k, nil)
 			default:
-				j, err := be.decode(e.Pos.ID, s.selfNodes)
+				j, err := be.decode(e.Pos.ID, s.names.Load())
 				if err != nil {
 					return err
 				}
@@ -404,7 +404,7 @@ func (s *Store) queueValuesLocked(entries []QueueEntry, fn func(k int, j *Job)) 
 				fn(want[i].k, nil)
 				continue
 			}
-			j, err := decodeJob(id, it.Value(), s.selfNodes)
+			j, err := decodeJob(id, it.Value(), s.names.Load())
 			if err != nil {
 				it.Close()
 				return err
@@ -434,7 +434,7 @@ func (s *Store) getQueueValue(queue string, p QueuePos, fn func(j *Job)) error {
 		fn(nil)
 		return nil
 	}
-	j, err := decodeJob(p.ID, v, s.selfNodes) // copies what it keeps
+	j, err := decodeJob(p.ID, v, s.names.Load()) // copies what it keeps
 	if err != nil {
 		return err
 	}
@@ -672,7 +672,9 @@ func dedupLSNs(lsns []wal.LSN) []wal.LSN {
 // zero; every AOF segment before this record holds only dead bodies now.
 func (s *Store) flushAll(b *writeBuffer) error {
 	var errs []error
-	for _, p := range []byte{prefixJob, prefixQueue, prefixSchedule, prefixCount, prefixSegment, prefixHold, prefixPause} {
+	// The table of interned node ids stays: numbers are never reused
+	// (nodenames.go).
+	for _, p := range []byte{prefixJob, prefixQueue, prefixSchedule, prefixCount, prefixSegment, prefixHold, prefixPause, prefixResume} {
 		errs = append(errs, b.DeleteRange([]byte{p}, []byte{p + 1}))
 	}
 	clear(s.queued)
@@ -709,7 +711,11 @@ func (s *Store) putJob(b *writeBuffer, old, nj *Job) error {
 		}
 	}
 	if nj != nil {
-		s.vbuf = encodeJob(s.vbuf[:0], nj, s.nodeID)
+		// Before the value that refers to them (nodenames.go).
+		if e := s.internLocked(b, nj.Nodes); e != nil {
+			return e
+		}
+		s.vbuf = encodeJob(s.vbuf[:0], nj, s.nodeID, s.nodeNumber)
 		s.kbuf = appendJobKey(s.kbuf[:0], nj.ID)
 		setJob(s.kbuf, s.vbuf, old == nil)
 	} else {
@@ -737,6 +743,14 @@ func (s *Store) putJob(b *writeBuffer, old, nj *Job) error {
 		if newKey {
 			s.addQueued(nj.Queue, +1)
 		}
+	}
+	// The resume set (resume.go).
+	if wasR, isR := needsResume(old), needsResume(nj); wasR && !isR {
+		s.kbuf = appendResumeKey(s.kbuf[:0], old.ID)
+		del(s.kbuf)
+	} else if isR && !wasR {
+		s.kbuf = appendResumeKey(s.kbuf[:0], nj.ID)
+		set(s.kbuf, nil, true)
 	}
 	// Schedule.
 	oldEv, on := events(old)

@@ -72,15 +72,16 @@
 // See keys.go: j/ jobs, q/ queue order (ctime, id; the value is the job,
 // as j/ holds it, so deliveries read a queue's jobs in order), s/ schedule (due, kind,
 // id), p/ pause states, c/ queued counts, g/ what each AOF segment still
-// holds that is needed, h/ the deletions still needed per creator segment, m/
-// metadata (applied LSN, node id, format version, job count, and the highest
+// holds that is needed, h/ the deletions still needed per creator segment,
+// r/ the resume set, n/ the interned node ids (format 6), m/ metadata (applied LSN, node id, format version, job count, and the highest
 // ctime of any job added: Store.MaxCtime, so that ctimes never go back across a
 // restart).
 //
 // Job values are format 3 (codec.go encodeJob): the id is left to the key
 // and a node list that is just this store's node to a flag, which more than
-// halves them (format 2), and a job's creator LSNs follow where they are
-// more than its body's record (format 3). Open still reads format-1 and
+// halves them (format 2), a job's creator LSNs follow where they are
+// more than its body's record (format 3), and any other node list is
+// node numbers (format 6, below). Open still reads format-1 and
 // format-2 values (an index written before) and marks such an index format
 // 4 (keys.go formatVersion), which older builds refuse.
 //
@@ -134,10 +135,12 @@
 // (Batch.AckUnknown: state acked, no queue, no body, only a TTL) records an
 // ack for an id never seen, so a late REPLJOB cannot resurrect the job. A
 // NODES record (Batch.SetNodes) replaces a job's node list, in any state:
-// the origin of a replicated job records the nodes it sent it to. Each
-// index value spells a list other than "just this node" out (40 bytes and a
-// length per node: 154 bytes for a job with three nodes, against 30 for a
-// lone node's; node ids are not interned yet). SetNodeID gives an empty
+// the origin of a replicated job records the nodes it sent it to. Node
+// ids are interned (format 6, nodenames.go): the index numbers every node
+// id it has seen (n/ keys, never reused, rebuilt with the index from the
+// log, whose records still spell ids out) and a value lists the numbers,
+// so a job with three nodes has a value of about 47 bytes, against 167
+// spelled out (storage BenchmarkReplicaBytes). SetNodeID gives an empty
 // store a new node id (CLUSTER RESET HARD). Batch.Postpone is Working for
 // another node's QUEUED or WORKING: the WORKING record then also carries the
 // nacks and additional deliveries that node added to its copy, so every
@@ -145,11 +148,24 @@
 // (keys.go formatVersion): an older build refuses the index once Open has
 // marked it.
 //
+// The resume set (format 6, resume.go): an r/ key for every job that is
+// acked or in wait-repl, written with the job's other keys, so that a
+// clustered node's restart finds the jobs whose ack GC or end it must
+// resume (Store.ScanResumable) without reading its backlog. An older
+// index gets its set in the batch that marks it format 6 (one scan of its
+// jobs, once); opened read-only it is not upgraded, and ScanResumable
+// scans every job.
+//
 // # Invariants
 //
 //   - A job has a q/ key if and only if its state is queued, and the key's
 //     value is the job exactly as its j/ key holds it (or empty, in an index
 //     written before this was so: then it is simply not used).
+//   - A job has an r/ key if and only if its state is acked or wait-repl
+//     (in an index of format 6: Open writes the keys of an older one).
+//   - Every node number a value lists is in the n/ table (flushed with
+//     or before the value), and a number names one id for the index's
+//     life.
 //   - A job has one s/ key per time it is waiting for: AwakeTime (delay),
 //     QueueTime (retry, only while active: a queued job is not requeued)
 //     and Etime (ttl), and no others.

@@ -147,6 +147,20 @@ func FuzzDecodeRecord(f *testing.F) {
 // alone (the flagged form), of it and others, and of others.
 var fuzzSelf = []string{"node-a"}
 
+// fuzzNames is what the fuzzed index values may refer to: fuzzSelf, and a
+// table of interned node ids (format 6) that numbers some of the seeds'
+// nodes (fuzzNums), not all.
+var fuzzNames = &nodeNames{self: fuzzSelf, ids: []string{"node-b", "node-a", "node-c"}}
+
+func fuzzNums(id string) (uint32, bool) {
+	for i, n := range fuzzNames.ids {
+		if n == id {
+			return uint32(i + 1), true
+		}
+	}
+	return 0, false
+}
+
 // encodeJobV1 is an index value as format 1 wrote it (what an index written
 // before format 2 still holds).
 func encodeJobV1(dst []byte, j *Job) []byte {
@@ -163,7 +177,7 @@ func FuzzDecodeJob(f *testing.F) {
 		self := *j
 		self.Nodes = fuzzSelf
 		for _, j := range []*Job{j, &self} {
-			for _, b := range fuzzVariants(encodeJob(nil, j, fuzzSelf[0])) {
+			for _, b := range fuzzVariants(encodeJob(nil, j, fuzzSelf[0], fuzzNums)) {
 				f.Add(b)
 			}
 			f.Add(encodeJobV1(nil, j))
@@ -174,7 +188,7 @@ func FuzzDecodeJob(f *testing.F) {
 	f.Add([]byte{indexValueVersion, indexFlagSelfNodes})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		orig := append([]byte(nil), b...)
-		j, err := decodeJob(fuzzJobID, b, fuzzSelf)
+		j, err := decodeJob(fuzzJobID, b, fuzzNames)
 		if !bytes.Equal(b, orig) {
 			t.Fatalf("decodeJob modified its input")
 		}
@@ -190,21 +204,21 @@ func FuzzDecodeJob(f *testing.F) {
 		if j.ID != fuzzJobID {
 			t.Fatalf("decoded job %q from the value of %q", j.ID, fuzzJobID)
 		}
-		enc := encodeJob(nil, j, fuzzSelf[0])
+		enc := encodeJob(nil, j, fuzzSelf[0], fuzzNums)
 		for i := range b {
 			b[i] ^= 0xff
 		}
-		if enc2 := encodeJob(nil, j, fuzzSelf[0]); !bytes.Equal(enc, enc2) {
+		if enc2 := encodeJob(nil, j, fuzzSelf[0], fuzzNums); !bytes.Equal(enc, enc2) {
 			t.Fatalf("decoded job aliases its input")
 		}
-		j2, err := decodeJob(fuzzJobID, enc, fuzzSelf)
+		j2, err := decodeJob(fuzzJobID, enc, fuzzNames)
 		if err != nil {
 			t.Fatalf("re-encoded job does not decode: %v\njob: %+v\ninput %x\nre-encoded %x", err, j, orig, enc)
 		}
 		if !reflect.DeepEqual(j, j2) {
 			t.Fatalf("round trip changed the job:\n%+v\n%+v", j, j2)
 		}
-		if enc3 := encodeJob(nil, j2, fuzzSelf[0]); !bytes.Equal(enc, enc3) {
+		if enc3 := encodeJob(nil, j2, fuzzSelf[0], fuzzNums); !bytes.Equal(enc, enc3) {
 			t.Fatalf("encoding is not stable: %x then %x", enc, enc3)
 		}
 		// Every index key a decoded job implies must be parseable back.
@@ -230,10 +244,10 @@ func TestIndexValueFormats(t *testing.T) {
 		self := *j
 		self.Nodes = []string{fuzzSelf[0]}
 		for _, j := range []*Job{j, &self} {
-			v2 := encodeJob(nil, j, fuzzSelf[0])
+			v2 := encodeJob(nil, j, fuzzSelf[0], nil)
 			v1 := encodeJobV1(nil, j)
 			for _, v := range [][]byte{v1, v2} {
-				got, err := decodeJob(j.ID, v, fuzzSelf)
+				got, err := decodeJob(j.ID, v, fuzzNames)
 				if err != nil {
 					t.Fatalf("seed %d, format %d: %v", i, v[0], err)
 				}
@@ -251,11 +265,11 @@ func TestIndexValueFormats(t *testing.T) {
 				t.Fatalf("seed %d: format 2 is %d bytes, want %d (format 1: %d)", i, len(v2), want, len(v1))
 			}
 		}
-		if _, err := decodeJob("D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-0000", encodeJobV1(nil, j), fuzzSelf); err == nil {
+		if _, err := decodeJob("D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-0000", encodeJobV1(nil, j), fuzzNames); err == nil {
 			t.Fatalf("seed %d: a format-1 value decoded under another job's id", i)
 		}
 	}
-	flagged := encodeJob(nil, &Job{ID: fuzzJobID, Queue: "q", State: StateQueued, Nodes: fuzzSelf}, fuzzSelf[0])
+	flagged := encodeJob(nil, &Job{ID: fuzzJobID, Queue: "q", State: StateQueued, Nodes: fuzzSelf}, fuzzSelf[0], nil)
 	if _, err := decodeJob(fuzzJobID, flagged, nil); err == nil {
 		t.Fatal("a value naming the store's node decoded for a store without a node id")
 	}
@@ -283,7 +297,7 @@ func TestCodecSeedsRoundTrip(t *testing.T) {
 		}
 	}
 	for _, j := range fuzzSeedJobs() {
-		got, err := decodeJob(j.ID, encodeJob(nil, j, fuzzSelf[0]), fuzzSelf)
+		got, err := decodeJob(j.ID, encodeJob(nil, j, fuzzSelf[0], fuzzNums), fuzzNames)
 		if err != nil {
 			t.Fatal(err)
 		}

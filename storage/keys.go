@@ -20,6 +20,9 @@ import (
 //	g <segment first lsn:8>                     → segment accounting (accounting.go)
 //	h <creator segment:8> <deletion lsn:8>      → ""   a deletion still needed while the
 //	                                              creator segment is in the AOF
+//	r <id:40>                                   → ""   the resume set: the job is acked or
+//	                                              wait-repl (resume.go, format 6)
+//	n <number:4>                                → a node id interned (nodenames.go, format 6)
 //	m <name>                                    → store metadata (applied LSN, node id, …)
 const (
 	prefixJob      = 'j'
@@ -30,6 +33,8 @@ const (
 	prefixSegment  = 'g'
 	prefixHold     = 'h'
 	prefixMeta     = 'm'
+	prefixResume   = 'r'
+	prefixNodeName = 'n'
 )
 
 var (
@@ -93,11 +98,13 @@ func decodeState(v []byte) (indexState, error) {
 // more than its body's (Job.creatorLSNs); format 4 keeps the deletions still
 // needed (h/ keys, counted in g/ values); format 5 says the AOF may hold
 // the cluster's records (NODES) and dummy acks (acked jobs with no queue),
-// which an older build cannot replay. Open reads all five, marks an older
-// index as format 5 (its old values stay readable; the holds a format-3
-// index counted without keys get them, accounting.go upgradeIndex), and
-// refuses any other.
-const formatVersion = 5
+// which an older build cannot replay; format 6 interns node ids (n/ keys:
+// a value lists numbers, indexFlagNodeNums) and keeps the resume set (r/
+// keys). Open reads all six, marks an older index as format 6 (its old
+// values stay readable; the holds a format-3 index counted without keys
+// get them, and an index of format 5 or older its resume set:
+// accounting.go upgradeIndex), and refuses any other.
+const formatVersion = 6
 
 // EventKind is the kind of a schedule event.
 type EventKind uint8

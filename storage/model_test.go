@@ -720,7 +720,7 @@ func checkQueueValues(t testing.TB, s *Store) {
 		if err != nil || j == nil {
 			return fmt.Errorf("queue key of %s without a job: %v", id, err)
 		}
-		if want := encodeJob(nil, j, s.nodeID); !bytes.Equal(v, want) {
+		if want := encodeJob(nil, j, s.nodeID, s.nodeNumber); !bytes.Equal(v, want) {
 			return fmt.Errorf("queue key of %s holds %x, its job is %x", id, v, want)
 		}
 		return nil

@@ -259,7 +259,7 @@ func (s *Store) ScanJobs(after string, limit int) ([]*Job, error) {
 		lower = append(jobKey(after), 0)
 	}
 	return scanPage(s, lower, []byte{prefixJob + 1}, false, limit, func(k, v []byte) (*Job, error) {
-		return decodeJob(string(k[1:]), v, s.selfNodes)
+		return decodeJob(string(k[1:]), v, s.names.Load())
 	})
 }
 

@@ -148,7 +148,10 @@ func (s *Store) resetCounters() {
 	clear(s.queued)
 	clear(s.paused)
 	clear(s.segments)
-	s.applied, s.jobs, s.maxCtime, s.nodeID, s.selfNodes = 0, 0, 0, "", nil
+	s.applied, s.jobs, s.maxCtime, s.nodeID = 0, 0, 0, ""
+	s.names.Store(&nodeNames{})
+	s.setNodeTable(nil)
+	s.noResumeSet = false
 	s.newIndex, s.rebuildCutShort = false, false
 	s.upgradeFrom, s.legacyHolds = 0, nil
 }

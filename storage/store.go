@@ -65,7 +65,17 @@ type Store struct {
 	upgradeFrom uint64
 	legacyHolds map[wal.LSN]map[wal.LSN]int64
 	nodeID      string
-	selfNodes   []string  // []string{nodeID}: the node list of a job of this node alone
+	// names is what index values refer to instead of spelling node ids
+	// out: []string{nodeID} (the node list of a job of this node alone) and
+	// the interned ids (nodenames.go). Read without mu (decodes of what
+	// Pebble returned); replaced, never modified, under mu.
+	names atomic.Pointer[nodeNames]
+	// nodeNums numbers the interned ids (the inverse of names.ids).
+	// Guarded by mu.
+	nodeNums map[string]uint32
+	// noResumeSet: the index is of format 5 or older and opened read-only,
+	// so never upgraded: it has no resume set (resume.go).
+	noResumeSet bool
 	cache       *jobCache // recently written jobs, see cache.go
 
 	// logRef is log for Pebble's flush hook, which may run on Pebble's
@@ -178,7 +188,9 @@ func Open(dir string, opts Options) (*Store, error) {
 		pebbleLog:     &rateLimitedLog{l: opts.Logger, every: pebbleLogEvery},
 		readOnly:      !room,
 		room:          newIndexRoom(int64(opts.MemTableSize), l0StopWrites),
+		nodeNums:      map[string]uint32{},
 	}
+	s.names.Store(&nodeNames{})
 	if err := s.open(); err != nil {
 		s.closeFiles()
 		if s.readOnly {
@@ -333,7 +345,9 @@ func (s *Store) loadMeta() error {
 	case s.readOnly:
 		// An index that never flushed (nil: the replay rebuilds it all in
 		// memory), or of an older format: all read, nothing removed (so its
-		// holds' keys are not needed); the mark waits for a writable open.
+		// holds' keys are not needed); the mark waits for a writable open,
+		// and so does the resume set of an index older than format 6.
+		s.noResumeSet = v != nil && ver < 6
 	case v == nil:
 		// A new index: of this format from the first value written.
 		if err := s.db.Set(keyFormat, binary.AppendUvarint(nil, formatVersion), pebble.NoSync); err != nil {
@@ -367,6 +381,9 @@ func (s *Store) loadMeta() error {
 		return err
 	} else if v != nil {
 		s.setNodeID(string(v))
+	}
+	if err := s.loadNodeNames(); err != nil { // nodenames.go
+		return err
 	}
 	if scanCtime {
 		// After the node id: job values refer to it.
@@ -419,7 +436,7 @@ func (s *Store) scanMaxCtime() error {
 	start := time.Now()
 	n := 0
 	err := s.scanPrefix([]byte{prefixJob}, func(k, v []byte) error {
-		j, err := decodeJob(string(k[1:]), v, s.selfNodes)
+		j, err := decodeJob(string(k[1:]), v, s.names.Load())
 		if err != nil {
 			return err
 		}
@@ -636,7 +653,7 @@ func (s *Store) getJob(r pebble.Reader, id string) (*Job, error) {
 		return nil, s.indexErr(err)
 	}
 	defer closer.Close()
-	return decodeJob(id, v, s.selfNodes)
+	return decodeJob(id, v, s.names.Load())
 }
 
 // getBuffered returns the job with id as the write buffer holds it: found
@@ -650,7 +667,7 @@ func (s *Store) getBuffered(id string) (j *Job, found bool, err error) {
 	if e.del {
 		return nil, true, nil
 	}
-	j, err = e.decode(id, s.selfNodes)
+	j, err = e.decode(id, s.names.Load())
 	return j, true, err
 }
 
@@ -918,5 +935,6 @@ func (s *Store) closeIndex() error {
 // setNodeID records the store's node id.
 func (s *Store) setNodeID(id string) {
 	s.nodeID = id
-	s.selfNodes = []string{id}
+	cur := s.names.Load()
+	s.names.Store(&nodeNames{self: []string{id}, ids: cur.ids})
 }

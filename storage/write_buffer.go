@@ -129,11 +129,11 @@ func (w *writeBuffer) newEntry(key, value []byte, del, fresh bool) *bufEntry {
 }
 
 // decode returns the job e's value encodes.
-func (e *bufEntry) decode(id string, self []string) (*Job, error) {
+func (e *bufEntry) decode(id string, names *nodeNames) (*Job, error) {
 	if e.job != nil {
 		return e.job, nil
 	}
-	return decodeJob(id, e.value, self)
+	return decodeJob(id, e.value, names)
 }
 
 // rangeDeleted is what lookup returns for a key the buffer holds no entry
