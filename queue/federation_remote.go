@@ -27,54 +27,17 @@ const maxYourJobsBytes = MaxGetBytes
 // its RETRY); a RETRY 0 job is deleted here. The jobs are returned, with
 // their bodies, counters and merged node lists, once all that is durable:
 // the caller sends them (YOURJOBS) to from. A job whose body cannot be
-// read stays here, delivered (as GETJOB's). AnswerNeedJobs is the same,
-// but lets the jobs leave before the giver's records are durable when that
-// is safe.
+// read stays here, delivered (as GETJOB's).
 func (b *Broker) RemoteNeedJobs(from, queue string, count int) ([]Replica, error) {
-	var out []Replica
-	err := b.answerNeedJobs(from, queue, count, false, func(jobs []Replica) { out = jobs })
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// AnswerNeedJobs is RemoteNeedJobs for the bus: send is called at most
-// once, with no broker lock held, with the jobs to send to from, and
-// AnswerNeedJobs returns once the giver's side (their deliveries here and
-// the asker added to their nodes) is durable, or with the error that made
-// it not so (the jobs may have been sent then).
-//
-// When every job given is at-least-once (RETRY > 0) and its body was read
-// already, send is called before that durability wait, so the YOURJOBS is
-// on its way while this node's AOF write (its fsync, under appendfsync
-// always) is done: the wait was on the round trip a blocked consumer
-// elsewhere waits for. That is safe because such a job stays here, active,
-// with its requeue timer: should this node crash before its records are
-// durable, it restarts with the job queued as before and delivers it
-// again — a second delivery, which at-least-once allows, never a loss.
-// (What the crash forgets too is the asker in the job's nodes: an ACKJOB
-// here after such a restart does not reach the asker's copy, which is
-// then delivered again there; the asker's own copy knows this node, so an
-// ACKJOB there still reaches this one.) An at-most-once job (RETRY 0) is
-// different: it must be durably delivered and gone from here before it
-// leaves, or a crash would queue it here again while the asker queues it
-// too; a late body is read only after the write. Then send waits, as in
-// RemoteNeedJobs.
-func (b *Broker) AnswerNeedJobs(from, queue string, count int, send func([]Replica)) error {
-	return b.answerNeedJobs(from, queue, count, true, send)
-}
-
-func (b *Broker) answerNeedJobs(from, queue string, count int, early bool, send func([]Replica)) error {
 	if count <= 0 || !storage.ValidNodeID(from) || from == b.NodeID() {
-		return nil
+		return nil, nil
 	}
 	count = min(count, needJobsMaxCount)
 	now := b.nowMillis()
 	b.mu.Lock()
 	if err := b.checkOpenLocked(); err != nil {
 		b.mu.Unlock()
-		return err
+		return nil, err
 	}
 	qlen := b.st.QueueLen(queue)
 	q := b.queues[queue]
@@ -82,7 +45,7 @@ func (b *Broker) answerNeedJobs(from, queue string, count int, early bool, send 
 	case b.st.Failing(), qlen == 0, b.st.PauseState(queue)&storage.PauseOut != 0,
 		q != nil && q.fed != nil && q.fed.importRate(now) > 0:
 		b.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	n := int64(count)
 	if qlen < 2*n {
@@ -92,7 +55,7 @@ func (b *Broker) answerNeedJobs(from, queue string, count int, early bool, send 
 	got, err := b.deliverLocked([]string{queue}, take{count: int(n), bytes: maxYourJobsBytes, first: true, moved: true}, now)
 	if err != nil {
 		b.mu.Unlock()
-		return err
+		return nil, err
 	}
 	// The asker may hold a copy from now on: an ACKJOB here must reach it.
 	// An at-most-once job's node list does not matter: it is deleted here.
@@ -113,28 +76,15 @@ func (b *Broker) answerNeedJobs(from, queue string, count int, early bool, send 
 		for _, r := range res {
 			if r.Err != nil && errUnusable(r.Err) {
 				b.mu.Unlock()
-				return wrapStore(r.Err)
+				return nil, wrapStore(r.Err)
 			}
 		}
 		got.pending = got.pending.Join(p)
 	}
 	b.mu.Unlock()
-	if early && len(got.late) == 0 && !slices.ContainsFunc(got.jobs, func(j *storage.Job) bool { return j.Retry == 0 }) {
-		out := make([]Replica, 0, len(got.out))
-		for _, d := range got.out {
-			if j := sent[d.ID]; j != nil {
-				out = append(out, Replica{Job: j, Body: d.Body})
-			}
-		}
-		send(out)
-		if err := got.pending.Wait(); err != nil {
-			return wrapStore(err)
-		}
-		return nil
-	}
 	delivered, err := b.finish(got)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	out := make([]Replica, 0, len(delivered))
 	var atMostOnce []string
@@ -153,11 +103,10 @@ func (b *Broker) answerNeedJobs(from, queue string, count int, early bool, send 
 		// delete only frees its room. A failure here is a store failure:
 		// the jobs are not sent, and stay delivered here until their TTL.
 		if _, err := b.DelJob(atMostOnce); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	send(out)
-	return nil
+	return out, nil
 }
 
 // RemoteYourJobs queues the jobs another node moved here (YOURJOBS), as
@@ -178,29 +127,15 @@ func (b *Broker) answerNeedJobs(from, queue string, count int, early bool, send 
 // index lookup precedes it; only the known ones, and the new ones with
 // counters to restore, take a second batch, in the same hold.
 func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest, error) {
-	var reqs []NeedJobsRequest
-	err := b.ImportJobs(from, jobs, func(r []NeedJobsRequest) { reqs = r })
-	if err != nil {
-		return nil, err
-	}
-	return reqs, nil
-}
-
-// ImportJobs is RemoteYourJobs for the bus: ask is called, with no broker
-// lock held, with the NEEDJOBS to send at once (if any) as soon as the
-// jobs are applied — before their durability wait, since a NEEDJOBS
-// promises nothing: the next answer is on its way while this one is
-// written — and ImportJobs returns once the jobs are durable.
-func (b *Broker) ImportJobs(from string, jobs []Replica, ask func([]NeedJobsRequest)) error {
 	if len(jobs) == 0 || !storage.ValidNodeID(from) {
-		return nil
+		return nil, nil
 	}
 	self := b.NodeID()
 	now := b.nowMillis()
 	b.mu.Lock()
 	if err := b.checkOpenLocked(); err != nil {
 		b.mu.Unlock()
-		return err
+		return nil, err
 	}
 	adds := b.st.NewBatch()
 	var sent []*storage.Job // adds' op → the job as sent
@@ -227,7 +162,7 @@ func (b *Broker) ImportJobs(from string, jobs []Replica, ask func([]NeedJobsRequ
 	}
 	if adds.Len() == 0 {
 		b.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	touched := map[string]*queueState{}
 	queued := func(r storage.Result) {
@@ -246,7 +181,7 @@ func (b *Broker) ImportJobs(from string, jobs []Replica, ask func([]NeedJobsRequ
 		if r.Err != nil {
 			if errUnusable(r.Err) {
 				b.mu.Unlock()
-				return wrapStore(r.Err)
+				return nil, wrapStore(r.Err)
 			}
 			continue
 		}
@@ -283,7 +218,7 @@ func (b *Broker) ImportJobs(from string, jobs []Replica, ask func([]NeedJobsRequ
 			if r.Err != nil {
 				if errUnusable(r.Err) {
 					b.mu.Unlock()
-					return wrapStore(r.Err)
+					return nil, wrapStore(r.Err)
 				}
 				continue
 			}
@@ -304,13 +239,10 @@ func (b *Broker) ImportJobs(from string, jobs []Replica, ask func([]NeedJobsRequ
 		}
 	}
 	b.mu.Unlock()
-	if len(reqs) > 0 {
-		ask(reqs)
-	}
 	if err := pending.Wait(); err != nil {
-		return wrapStore(err)
+		return nil, wrapStore(err)
 	}
-	return nil
+	return reqs, nil
 }
 
 // sub is a − b, or 0 when b is larger.

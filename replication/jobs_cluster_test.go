@@ -70,9 +70,6 @@ type testCluster struct {
 	// refusing: why a node refuses copies (JobsConfig.RefuseCopies;
 	// jobs_refuse_test.go), "" or absent when it takes them.
 	refusing map[string]string
-	// fs, if set, is every node's filesystem (default the OS's; set
-	// before the nodes open: newTestClusterFS).
-	fs vfs.FS
 }
 
 func newTestCluster(t *testing.T, n int, ackTick time.Duration) *testCluster {
@@ -83,14 +80,7 @@ func newTestCluster(t *testing.T, n int, ackTick time.Duration) *testCluster {
 // newTestClusterClock is newTestCluster with now as every node's clock.
 func newTestClusterClock(t *testing.T, n int, ackTick time.Duration, now func() time.Time) *testCluster {
 	t.Helper()
-	return newTestClusterFS(t, n, ackTick, now, nil)
-}
-
-// newTestClusterFS is newTestClusterClock with fs (nil: the OS's) as every
-// node's filesystem.
-func newTestClusterFS(t *testing.T, n int, ackTick time.Duration, now func() time.Time, fs vfs.FS) *testCluster {
-	t.Helper()
-	c := &testCluster{t: t, net: NewMemNetwork(), ackTick: ackTick, now: now, down: map[string]bool{}, fs: fs}
+	c := &testCluster{t: t, net: NewMemNetwork(), ackTick: ackTick, now: now, down: map[string]bool{}}
 	for range n {
 		c.nodes = append(c.nodes, &jobsNode{dir: t.TempDir()})
 	}
@@ -111,9 +101,6 @@ func (c *testCluster) open(nd *jobsNode) {
 	t.Helper()
 	opts := storage.TestingOptions()
 	opts.FS, opts.Sync = vfs.Default, wal.SyncAlways
-	if c.fs != nil {
-		opts.FS = c.fs
-	}
 	opts.Logger = quietLog()
 	st, err := storage.Open(nd.dir, opts)
 	if err != nil {

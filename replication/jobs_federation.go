@@ -16,13 +16,11 @@ import (
 //   - An incoming NEEDJOBS is answered only while the bus link back to
 //     the asker is up (Disque: no link, no YOURJOBS), so the jobs are not
 //     taken from the queue for a message that could not leave:
-//     queue.Broker.AnswerNeedJobs takes them and the YOURJOBS carrying
-//     them goes to the asker on its link: at once for at-least-once jobs
-//     (their giver's records are made durable meanwhile), once durably
-//     gone from here for at-most-once ones.
-//   - An incoming YOURJOBS is queued here (queue.Broker.ImportJobs), and
-//     the NEEDJOBS it calls for (blocked clients emptied the queue again)
-//     go at once, before the jobs' own durability wait.
+//     queue.Broker.RemoteNeedJobs takes them (durably) and the YOURJOBS
+//     carrying them goes to the asker on its link.
+//   - An incoming YOURJOBS is queued here (queue.Broker.RemoteYourJobs),
+//     and the NEEDJOBS it calls for (blocked clients emptied the queue
+//     again) go at once.
 //
 // A YOURJOBS lost on the way (the link broke after the write) leaves an
 // at-least-once job active on the giver, which requeues it after its
@@ -156,24 +154,22 @@ func (j *Jobs) giveJobs(from string, g *giver) {
 }
 
 // give answers one NEEDJOBS with the jobs the broker gives, unless the
-// YOURJOBS could not go (no link back: take nothing). The YOURJOBS leaves
-// as soon as the broker lets it (queue.Broker.AnswerNeedJobs: for
-// at-least-once jobs, before this node's own records are durable).
+// YOURJOBS could not go (no link back: take nothing).
 func (j *Jobs) give(from, name string, count int) {
 	tr := j.boundTr.Load()
 	if tr == nil || !(*tr).Connected(from) {
 		return
 	}
-	err := j.broker.AnswerNeedJobs(from, name, count, func(jobs []queue.Replica) {
-		if len(jobs) == 0 {
-			return
-		}
-		j.send(from, MsgYourJobs, encodeYourJobs(jobs))
-		j.count(func(s *JobsStats) { s.YourJobsSent += int64(len(jobs)) })
-	})
+	jobs, err := j.broker.RemoteNeedJobs(from, name, count)
 	if err != nil {
 		j.log.Warn("replication: NEEDJOBS", "from", from, "queue", name, "err", err)
+		return
 	}
+	if len(jobs) == 0 {
+		return
+	}
+	j.send(from, MsgYourJobs, encodeYourJobs(jobs))
+	j.count(func(s *JobsStats) { s.YourJobsSent += int64(len(jobs)) })
 }
 
 // handleYourJobs queues the jobs another node moved here.
@@ -183,12 +179,13 @@ func (j *Jobs) handleYourJobs(from string, p []byte) error {
 		return err
 	}
 	j.count(func(s *JobsStats) { s.YourJobsReceived += int64(len(jobs)) })
-	err = j.broker.ImportJobs(from, jobs, j.NeedJobs)
+	more, err := j.broker.RemoteYourJobs(from, jobs)
 	if err != nil {
 		// Not queued here: the sender's at-least-once copies requeue
 		// after their RETRY.
 		j.log.Warn("replication: YOURJOBS", "from", from, "jobs", len(jobs), "err", err)
 		return nil
 	}
+	j.NeedJobs(more)
 	return nil
 }
