@@ -165,6 +165,17 @@ func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest,
 		return nil, nil
 	}
 	touched := map[string]*queueState{}
+	// queued hands an imported job to the queue, and so to a blocked
+	// GETJOB, before the import is durable (the wait is at the end), and
+	// that is safe for both kinds of job: the GETJOB replies only once its
+	// own delivery record is durable, and that record is logged after the
+	// add, so the add is durable first (for an at-most-once job the
+	// delivery is fsynced whatever the policy). A crash before then loses
+	// the import here, having told no consumer: an at-least-once job is
+	// still active on the giver, which requeues it after its RETRY; an
+	// at-most-once one is lost, as a YOURJOBS lost on the way would be,
+	// never delivered twice. Waiting for the add before serving would
+	// only add its write to the round trip the consumer waits for.
 	queued := func(r storage.Result) {
 		q := b.queueLocked(r.Job.Queue, now)
 		q.jobsIn++

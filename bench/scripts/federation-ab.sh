@@ -1,0 +1,60 @@
+#!/bin/bash
+# The federation drain (20k jobs added on node A with REPLICATE 1, consumed from node B by one client looping
+# GETJOB TIMEOUT 2000 COUNT 100 + ACKJOB) on 3 local nodes, for old/new comparisons of diskque builds in one session.
+#   federation-ab.sh ab OLD NEW MODE REPS     REPS runs of each build, alternating; the medians and their ratio (new/old)
+#   federation-ab.sh run BIN MODE [PROFILE_SECONDS]
+#       one run; with PROFILE_SECONDS, 0.3 s into the drain it saves CPU profiles (PROF=trace: execution traces) of
+#       A (giver.prof) and B (asker.prof) in OUT (default .).
+# MODE is the appendfsync policy (everysec|always). QBENCH overrides the client (default: built from
+# ../shared/peers/qbench). N sets the job count (default 20000).
+set -u
+cmd=$1; shift
+peers=$(cd "$(dirname "$0")/../../../shared/peers" && pwd)
+if [ -z "${QBENCH:-}" ]; then QBENCH=$(mktemp); (cd "$peers/qbench" && go build -o "$QBENCH" .) || exit 1; fi
+run() {
+  local bin=$1 mode=$2 secs=${3:-0} out=${OUT:-.} n=${N:-20000}
+  local work; work=$(mktemp -d); local pids=() c1= c2=
+  trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"' RETURN
+  local b; b=$(python3 -c '
+import socket,random
+while True:
+    p=random.randint(21000,29000)
+    try:
+        for q in (p,p+1,p+2,p+10000,p+10001,p+10002,p+100,p+101,p+102):
+            s=socket.socket(); s.bind(("127.0.0.1",q)); s.close()
+        print(p); break
+    except OSError: pass')
+  local P=($b $((b+1)) $((b+2)))
+  for i in 0 1 2; do mkdir -p "$work/n$i"
+    "$bin" --port ${P[$i]} --dir "$work/n$i" --bind 127.0.0.1 --appendonly yes --appendfsync $mode \
+      --pprof yes --metrics-addr 127.0.0.1:$((b+100+i)) >"$work/n$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${P[@]}"; do for k in $(seq 200); do redis-cli -p $p info persistence 2>/dev/null | grep -q '^loading:0' && break; sleep 0.05; done; done
+  redis-cli -p ${P[0]} cluster meet 127.0.0.1 ${P[1]} >/dev/null
+  redis-cli -p ${P[1]} cluster meet 127.0.0.1 ${P[2]} >/dev/null
+  for k in $(seq 300); do local c=0
+    for p in "${P[@]}"; do redis-cli -p $p cluster info 2>/dev/null | grep -q 'cluster_reachable_nodes:2' && c=$((c+1)); done
+    [ $c = 3 ] && break; sleep 0.1
+  done
+  "$QBENCH" -addr 127.0.0.1:${P[0]} -mode add -n $n -conns 4 -pipeline 64 -extra "REPLICATE 1" >/dev/null
+  if [ "$secs" != 0 ]; then
+    (sleep 0.3; curl -s -o "$out/giver.prof" "http://127.0.0.1:$((b+100))/debug/pprof/${PROF:-profile}?seconds=$secs") & c1=$!
+    (sleep 0.3; curl -s -o "$out/asker.prof" "http://127.0.0.1:$((b+101))/debug/pprof/${PROF:-profile}?seconds=$secs") & c2=$!
+  fi
+  "$QBENCH" -addr 127.0.0.1:${P[1]} -mode getack -count 100 -conns 1 -timeout 2000 -n $n | sed -n 's/.*rate=\([0-9]*\) jobs.*/\1/p'
+  [ -n "${INFO:-}" ] && redis-cli -p ${P[1]} info cluster >&2
+  [ -n "$c1" ] && wait $c1 $c2
+  return 0
+}
+median() { sort -g | awk '{x[NR]=$1} END{print x[int((NR+1)/2)]}'; }
+case $cmd in
+run) run "$@" ;;
+ab)
+  old=$1 new=$2 mode=$3 reps=$4; a=(); b=()
+  for r in $(seq $reps); do a+=($(run "$old" $mode)); b+=($(run "$new" $mode)); done
+  ma=$(printf '%s\n' "${a[@]}" | median); mb=$(printf '%s\n' "${b[@]}" | median)
+  printf 'federation drain %s: old %s new %s ratio %.2f   [old: %s | new: %s]\n' $mode "$ma" "$mb" \
+    "$(echo "$ma $mb" | awk '{print ($1>0)?$2/$1:0}')" "${a[*]}" "${b[*]}" ;;
+*) echo "usage: $0 ab OLD NEW MODE REPS | run BIN MODE [PROFILE_SECONDS]" >&2; exit 2 ;;
+esac
