@@ -113,11 +113,13 @@ func (b *Broker) RemoteNeedJobs(from, queue string, count int) ([]Replica, error
 // Disque's receiveYourJobs: a job unknown here is added queued, with its
 // ctime (its place in the queue), TTL, retry and counters, and the node
 // list it came with (this node in it); a copy already here learns the
-// nodes and counters and is queued if it is active (an at-least-once copy
+// nodes and counters and is queued if it is active (a copy
 // waiting for its requeue); one queued, acked or at-most-once stays as it
-// is, so a RETRY 0 job is queued here once, and only if it is new here
+// is, so a RETRY 0 job is queued here once, and only if never delivered here
 // (an at-most-once job's node list is this node alone: the sender deleted
-// its copy). Each imported job counts for the queue's import rate and
+// its copy). An at-most-once copy here never delivered (a replica's, never
+// queued: the sender dequeued and deleted the job) is queued: left, the
+// job would be queued nowhere. Each imported job counts for the queue's import rate and
 // makes from one of its sources. It returns, once the jobs are durable,
 // the NEEDJOBS to send at once (an importing queue whose waiting clients
 // emptied it again).
@@ -195,7 +197,7 @@ func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest,
 			continue
 		}
 		cur := r.Old
-		if cur.IsDummyAck() || cur.State == storage.StateAcked || cur.State == storage.StateWaitRepl || cur.Retry == 0 {
+		if cur.IsDummyAck() || cur.State == storage.StateAcked || cur.State == storage.StateWaitRepl || cur.Retry == 0 && cur.Deliveries > 0 {
 			continue
 		}
 		if merged, grew := mergeNodes(cur.Nodes, in.Nodes); grew {
