@@ -114,7 +114,7 @@ func (b *Broker) RemoteNeedJobs(from, queue string, count int) ([]Replica, error
 // ctime (its place in the queue), TTL, retry and counters, and the node
 // list it came with (this node in it); a copy already here learns the
 // nodes and counters and is queued if it is active (a copy
-// waiting for its requeue); one queued, acked or at-most-once stays as it
+// waiting for its requeue); one queued, acked or at-most-once delivered stays as it
 // is, so a RETRY 0 job is queued here once, and only if never delivered here
 // (an at-most-once job's node list is this node alone: the sender deleted
 // its copy). An at-most-once copy here never delivered (a replica's, never
