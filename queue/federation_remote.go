@@ -115,9 +115,8 @@ func (b *Broker) RemoteNeedJobs(from, queue string, count int) ([]Replica, error
 // list it came with (this node in it); a copy already here learns the
 // nodes and counters and is queued if it is active (a copy
 // waiting for its requeue); one queued, acked or at-most-once delivered stays as it
-// is, so a RETRY 0 job is queued here once, and only if never delivered here
-// (an at-most-once job's node list is this node alone: the sender deleted
-// its copy). An at-most-once copy here never delivered (a replica's, never
+// is, so a RETRY 0 job is queued here once, and only if never delivered
+// here. An at-most-once copy here never delivered (a replica's, never
 // queued: the sender dequeued and deleted the job) is queued: left, the
 // job would be queued nowhere. Each imported job counts for the queue's import rate and
 // makes from one of its sources. It returns, once the jobs are durable,
@@ -152,11 +151,13 @@ func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest,
 		j.State = storage.StateQueued
 		j.AwakeTime, j.Deliveries = 0, 0
 		j.QueueTime = retryTime(now, j.Retry)
+		nodes := slices.Clip(in.Nodes)
 		if j.Retry == 0 {
-			j.Nodes = []string{self}
-		} else {
-			j.Nodes, _ = mergeNodes(slices.Clip(in.Nodes), []string{self})
+			// The sender deleted its copy; the others' (replicas, never
+			// queued) are collected by its ACKJOB here.
+			nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == from })
 		}
+		j.Nodes, _ = mergeNodes(nodes, []string{self})
 		if err := adds.AddReplica(&j, r.Body); err != nil {
 			continue // malformed: the sender's copy requeues after its RETRY
 		}
