@@ -24,6 +24,11 @@ func needsResume(j *Job) bool {
 	return j != nil && (j.State == StateAcked || j.State == StateWaitRepl)
 }
 
+// afterResumePage, if set (tests), runs between ScanResumable's read of
+// a page of the set and its reads of the jobs: where another goroutine's
+// write may come.
+var afterResumePage func()
+
 func resumeKey(id string) []byte { return appendResumeKey(make([]byte, 0, 1+len(id)), id) }
 
 func appendResumeKey(dst []byte, id string) []byte {
@@ -73,6 +78,9 @@ func (s *Store) ScanResumable(after string, limit int) ([]*Job, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if afterResumePage != nil {
+		afterResumePage()
 	}
 	out := make([]*Job, 0, len(ids))
 	for _, id := range ids {
