@@ -15,8 +15,13 @@ import (
 // limit ends the scan") stops there: the resumable jobs after it are
 // never resumed (an acked job's copies are then requeued elsewhere).
 func TestReviewScanResumableShortPageMidScan(t *testing.T) {
-	fs := vfs.NewCrashableMem()
-	s := mustOpen(t, fs)
+	opts := TestingOptions()
+	opts.FS = vfs.Default
+	s, err := Open(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	want := resumableFixture(t, s, 60)
 	if len(want) < 8 {
 		t.Fatalf("fixture: %d", len(want))
