@@ -209,7 +209,7 @@ func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest,
 		}
 		// The counters the sender counted and this copy has not heard of
 		// yet (a QUEUED still on its way).
-		if dn, dd := sub(in.Nacks, cur.Nacks), sub(in.AdditionalDeliveries, cur.AdditionalDeliveries); dn > 0 || dd > 0 {
+		if dn, dd := sub(in.Nacks, cur.Nacks), sub(in.AdditionalDeliveries, cur.AdditionalDeliveries); cur.Retry > 0 && (dn > 0 || dd > 0) {
 			fix.Postpone(cur.ID, 0, dn, dd)
 		}
 		fix.Queue(cur.ID, retryTime(now, cur.Retry))
