@@ -113,11 +113,12 @@ func (b *Broker) RemoteNeedJobs(from, queue string, count int) ([]Replica, error
 // Disque's receiveYourJobs: a job unknown here is added queued, with its
 // ctime (its place in the queue), TTL, retry and counters, and the node
 // list it came with (this node in it); a copy already here learns the
-// nodes and counters and is queued if it is active (an at-least-once copy
-// waiting for its requeue); one queued, acked or at-most-once stays as it
-// is, so a RETRY 0 job is queued here once, and only if it is new here
-// (an at-most-once job's node list is this node alone: the sender deleted
-// its copy). Each imported job counts for the queue's import rate and
+// nodes and counters and is queued if it is active (a copy
+// waiting for its requeue); one queued, acked or at-most-once delivered stays as it
+// is, so a RETRY 0 job is queued here once, and only if never delivered
+// here. An at-most-once copy here never delivered (a replica's, never
+// queued: the sender dequeued and deleted the job) is queued: left, the
+// job would be queued nowhere. Each imported job counts for the queue's import rate and
 // makes from one of its sources. It returns, once the jobs are durable,
 // the NEEDJOBS to send at once (an importing queue whose waiting clients
 // emptied it again).
@@ -150,11 +151,13 @@ func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest,
 		j.State = storage.StateQueued
 		j.AwakeTime, j.Deliveries = 0, 0
 		j.QueueTime = retryTime(now, j.Retry)
+		nodes := slices.Clip(in.Nodes)
 		if j.Retry == 0 {
-			j.Nodes = []string{self}
-		} else {
-			j.Nodes, _ = mergeNodes(slices.Clip(in.Nodes), []string{self})
+			// The sender deleted its copy; the others' (replicas, never
+			// queued) are collected by its ACKJOB here.
+			nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == from })
 		}
+		j.Nodes, _ = mergeNodes(nodes, []string{self})
 		if err := adds.AddReplica(&j, r.Body); err != nil {
 			continue // malformed: the sender's copy requeues after its RETRY
 		}
@@ -206,7 +209,7 @@ func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest,
 			continue
 		}
 		cur := r.Old
-		if cur.IsDummyAck() || cur.State == storage.StateAcked || cur.State == storage.StateWaitRepl || cur.Retry == 0 {
+		if cur.IsDummyAck() || cur.State == storage.StateAcked || cur.State == storage.StateWaitRepl || cur.Retry == 0 && cur.Deliveries > 0 {
 			continue
 		}
 		if merged, grew := mergeNodes(cur.Nodes, in.Nodes); grew {
@@ -217,7 +220,7 @@ func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest,
 		}
 		// The counters the sender counted and this copy has not heard of
 		// yet (a QUEUED still on its way).
-		if dn, dd := sub(in.Nacks, cur.Nacks), sub(in.AdditionalDeliveries, cur.AdditionalDeliveries); dn > 0 || dd > 0 {
+		if dn, dd := sub(in.Nacks, cur.Nacks), sub(in.AdditionalDeliveries, cur.AdditionalDeliveries); cur.Retry > 0 && (dn > 0 || dd > 0) {
 			fix.Postpone(cur.ID, 0, dn, dd)
 		}
 		fix.Queue(cur.ID, retryTime(now, cur.Retry))

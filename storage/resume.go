@@ -24,6 +24,11 @@ func needsResume(j *Job) bool {
 	return j != nil && (j.State == StateAcked || j.State == StateWaitRepl)
 }
 
+// afterResumePage, if set (tests), runs between ScanResumable's read of
+// a page of the set and its reads of the jobs: where another goroutine's
+// write may come.
+var afterResumePage func()
+
 func resumeKey(id string) []byte { return appendResumeKey(make([]byte, 0, 1+len(id)), id) }
 
 func appendResumeKey(dst []byte, id string) []byte {
@@ -61,33 +66,46 @@ func (s *Store) ScanResumable(after string, limit int) ([]*Job, error) {
 		return nil, err
 	}
 	defer s.unpin()
-	lower := []byte{prefixResume}
-	if after != "" {
-		lower = append(resumeKey(after), 0)
-	}
-	ids, err := scanPage(s, lower, []byte{prefixResume + 1}, false, limit, func(k, _ []byte) (string, error) {
-		if len(k) != 1+JobIDLen {
-			return "", errBadKey
+	var out []*Job
+	// A job may leave the set between the read of a page of keys and the
+	// read of the job (written meanwhile): the next page makes up for it,
+	// so that a page shorter than limit still means the end of the set.
+	for len(out) < limit {
+		lower := []byte{prefixResume}
+		if after != "" {
+			lower = append(resumeKey(after), 0)
 		}
-		return string(k[1:]), nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*Job, 0, len(ids))
-	for _, id := range ids {
-		j, err := s.job(id)
-		if err != nil {
-			// The key and the job change in the same write: a job gone
-			// between the page and this read was deleted meanwhile.
-			if errors.Is(err, ErrNotFound) {
-				continue
+		want := limit - len(out)
+		ids, err := scanPage(s, lower, []byte{prefixResume + 1}, false, want, func(k, _ []byte) (string, error) {
+			if len(k) != 1+JobIDLen {
+				return "", errBadKey
 			}
+			return string(k[1:]), nil
+		})
+		if err != nil {
 			return nil, err
 		}
-		if needsResume(j) { // it may have changed state meanwhile
-			out = append(out, j)
+		if afterResumePage != nil {
+			afterResumePage()
 		}
+		for _, id := range ids {
+			j, err := s.job(id)
+			if err != nil {
+				// The key and the job change in the same write: a job gone
+				// between the page and this read was deleted meanwhile.
+				if errors.Is(err, ErrNotFound) {
+					continue
+				}
+				return nil, err
+			}
+			if needsResume(j) { // it may have changed state meanwhile
+				out = append(out, j)
+			}
+		}
+		if len(ids) < want {
+			break
+		}
+		after = ids[len(ids)-1]
 	}
 	return out, nil
 }
