@@ -156,15 +156,66 @@
 //
 // # What is dropped, and when
 //
-//   - Send returns ErrLinkFull (counted in Stats.Dropped) when the link's
-//     queue holds QueueBytes (16 MiB) of payloads: the peer is down, slow or
-//     refusing us. Messages queued while a link is down wait for its
-//     return.
-//   - The batch being written when a link breaks is lost: best effort, as
-//     the Transport promises; the protocol retries what matters.
+// A message is for the connection it was queued on, or for the next one
+// if none is up, and only for a short while: it never waits for a peer
+// across a lost connection. A message that arrives long after it was sent
+// can undo what the protocol did meanwhile (the Jepsen checker's
+// DeliveredAfterGone, seed 41: a REPLJOB queued for a killed node reached
+// it 9 s later, after its job was acked and collected elsewhere, and the
+// job was delivered again). So, each counted in Stats.Dropped:
+//
+//   - Send returns ErrLinkFull when the link's queue holds QueueBytes
+//     (16 MiB) of payloads: the peer is slow or refusing us.
+//   - What is queued when a connection breaks is dropped, as is the batch
+//     being written (that one lost, not counted); nothing is carried over
+//     to the next connection.
+//   - What is queued when a connection attempt fails (no listener, a
+//     refused or failed handshake; not one given up for a new address) is
+//     dropped: the peer is not there.
+//   - When a connection comes up, what was queued more than
+//     DownQueueTimeout (1 s) before is dropped. The queue is kept at all
+//     only for the first dial after SetPeer and the redial after a peer
+//     restarts (50–100 ms of backoff and a handshake, well under a second
+//     even on a loaded machine); 1 s is short beside every retry that
+//     covers a drop (below) and beside the chain that makes a late message
+//     stale (a copy's job replicated elsewhere, delivered, acked and
+//     collected, its SETACK and DELJOB reaching this very peer over other
+//     links), and it bounds how late any message is.
 //   - RemovePeer and Close drop what is queued for the peers concerned.
-//   - A write that does not finish within WriteTimeout (15 s: the peer stopped
-//     reading) breaks the link.
+//   - A write that does not finish within WriteTimeout (15 s: the peer
+//     stopped reading) breaks the link, so its queue is dropped.
+//
+// MemNetwork agrees (transport suite: QueuedWhileDownDropped,
+// QueuedOnBrokenLinkDropped): a message Sent to a peer that is down or cut
+// off is dropped at once, and one still queued when its peer's transport
+// closes or the pair is cut is dropped, not delivered to the next
+// transport or after the Heal.
+//
+// Why dropping each message kind is safe (what covers the loss):
+//
+//   - REPLJOB: Replicate resends it every 50 ms, and to another node once
+//     late, while the job is short of copies; once it has enough, a copy
+//     that never arrived is one fewer holder, as if that node had been
+//     down. GOTJOB: the REPLJOB resend asks again while the job is short.
+//   - SETACK, GOTACK: the collection resends SETACK with backoff (ackgc.go)
+//     until every holder answered, a holder that restarted included.
+//   - DELJOB: a NOREPL copy's DELJOB is retried (deljob_retry_test.go);
+//     for an acked copy, holders collecting their own acked copies (being
+//     built beside this, ackgc.go) cover it; until then such a copy stays
+//     acked, never delivered, until its TTL (the checker's NotCollected).
+//   - WILLQUEUE, QUEUED, WORKING: best effort, as in Disque: a lost one
+//     can only make two holders queue a copy (at-least-once allows it) or
+//     leave a counter low.
+//   - NEEDJOBS: asked again at its pace (federation.go). YOURJOBS: the
+//     jobs stay active on the giver, which requeues an at-least-once job
+//     after its RETRY; an at-most-once one is lost, never delivered twice
+//     (jobs_federation.go).
+//   - ENQUEUE: the copies requeue at their RETRY; a REPLICATE 1 RETRY 0
+//     job waits for its TTL (jobs_external.go).
+//   - PAUSE: not covered: sent once, on a change, never repeated, so a
+//     node that is down (or cut off) then keeps its old pause state until
+//     the next change (as in Disque, which sends no message without a
+//     link).
 //
 // # Concurrency
 //

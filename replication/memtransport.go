@@ -9,15 +9,23 @@ import (
 // and goroutine, so a slow handler slows only its own link, as on TCP. It
 // passes the same suite as the TCP transport (transport_suite_test.go).
 // Cut and Heal make a link drop everything between two nodes, both ways.
+//
+// A message is for the peer's transport that was reachable when it was
+// Sent, as a TCP message is for the connection it was queued on: one Sent
+// to a peer that is down or cut off is dropped at once, and one still
+// queued when its peer closes (a restart Joins a new transport) or is cut
+// off is dropped rather than delivered to the next one or after the Heal
+// (doc.go "What is dropped, and when"). Both are counted in Dropped.
 type MemNetwork struct {
 	mu    sync.Mutex
 	nodes map[string]*MemTransport // by node id
 	cut   map[[2]string]bool       // ordered pair (min, max)
+	cuts  map[[2]string]uint64     // Cuts so far, by pair: a message's link epoch
 }
 
 // NewMemNetwork returns an empty network.
 func NewMemNetwork() *MemNetwork {
-	return &MemNetwork{nodes: map[string]*MemTransport{}, cut: map[[2]string]bool{}}
+	return &MemNetwork{nodes: map[string]*MemTransport{}, cut: map[[2]string]bool{}, cuts: map[[2]string]uint64{}}
 }
 
 // memLinkQueue bounds the messages queued on one link, as the TCP
@@ -56,6 +64,7 @@ func pair(a, b string) [2]string {
 func (n *MemNetwork) Cut(a, b string) {
 	n.mu.Lock()
 	n.cut[pair(a, b)] = true
+	n.cuts[pair(a, b)]++
 	n.mu.Unlock()
 }
 
@@ -66,25 +75,33 @@ func (n *MemNetwork) Heal(a, b string) {
 	n.mu.Unlock()
 }
 
-// reach returns the transport of to as seen from from, or nil when it is
-// not on the network, closed, or cut off.
-func (n *MemNetwork) reach(from, to string) *MemTransport {
+// memEnd is where a message is going: the peer's transport and the
+// pair's Cut count when it was Sent.
+type memEnd struct {
+	t    *MemTransport
+	cuts uint64
+}
+
+// reach returns the transport of to as seen from from, with the pair's
+// Cut count, or a nil transport when it is not on the network, closed, or
+// cut off. It takes n.mu and then to's mu: callers hold no transport's.
+func (n *MemNetwork) reach(from, to string) memEnd {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cut[pair(from, to)] {
-		return nil
+		return memEnd{}
 	}
 	t := n.nodes[to]
 	if t == nil {
-		return nil
+		return memEnd{}
 	}
 	t.mu.Lock()
 	closed := t.closed
 	t.mu.Unlock()
 	if closed {
-		return nil
+		return memEnd{}
 	}
-	return t
+	return memEnd{t: t, cuts: n.cuts[pair(from, to)]}
 }
 
 // MemTransport is one node's end of a MemNetwork.
@@ -106,9 +123,15 @@ var _ Transport = (*MemTransport)(nil)
 // memLink is the ordered queue from one node to another, drained by its
 // own goroutine into the receiver's handler.
 type memLink struct {
-	ch   chan Message
+	ch   chan memMsg
 	stop chan struct{}
 	done chan struct{}
+}
+
+// memMsg is a queued message and the transport it is for.
+type memMsg struct {
+	Message
+	to memEnd
 }
 
 // SetPeer implements Transport (the address is not used).
@@ -136,6 +159,9 @@ func (t *MemTransport) RemovePeer(id string) {
 
 // Send implements Transport.
 func (t *MemTransport) Send(id string, m Message) error {
+	// Before t.mu: reach takes the peer's mu, and the peer may be
+	// Sending to us.
+	to := t.net.reach(t.id, id)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -144,15 +170,19 @@ func (t *MemTransport) Send(id string, m Message) error {
 	if !t.peers[id] {
 		return ErrUnknownPeer
 	}
+	if to.t == nil {
+		t.stats.Dropped++ // down or cut off: no link to wait on
+		return nil
+	}
 	l := t.links[id]
 	if l == nil {
-		l = &memLink{ch: make(chan Message, memLinkQueue), stop: make(chan struct{}), done: make(chan struct{})}
+		l = &memLink{ch: make(chan memMsg, memLinkQueue), stop: make(chan struct{}), done: make(chan struct{})}
 		t.links[id] = l
 		go t.drain(id, l)
 	}
 	m.Payload = append([]byte(nil), m.Payload...)
 	select {
-	case l.ch <- m:
+	case l.ch <- memMsg{Message: m, to: to}:
 		t.stats.MessagesSent++
 		t.stats.BytesSent += int64(len(m.Payload)) + 1
 		return nil
@@ -162,8 +192,9 @@ func (t *MemTransport) Send(id string, m Message) error {
 	}
 }
 
-// drain delivers one link's messages in order; those to a peer that is
-// down or cut off are lost, as on a broken TCP link.
+// drain delivers one link's messages in order; those for a peer's
+// transport that is no longer the one reachable (it closed, restarted, or
+// was cut off since) are dropped, as on a broken TCP link.
 func (t *MemTransport) drain(to string, l *memLink) {
 	defer close(l.done)
 	for {
@@ -171,19 +202,34 @@ func (t *MemTransport) drain(to string, l *memLink) {
 		case <-l.stop:
 			return
 		case m := <-l.ch:
-			batch := []Message{m}
-			bytes := len(m.Payload)
+			end := t.net.reach(t.id, to)
+			stale := 0
+			var batch []Message
+			bytes := 0
+			take := func(m memMsg) {
+				if m.to != end || end.t == nil {
+					stale++
+					return
+				}
+				batch, bytes = append(batch, m.Message), bytes+len(m.Payload)
+			}
+			take(m)
 		more:
 			for len(batch) < maxBatchMessages && bytes < maxBatchBytes {
 				select {
 				case m := <-l.ch:
-					batch, bytes = append(batch, m), bytes+len(m.Payload)
+					take(m)
 				default:
 					break more
 				}
 			}
-			dst := t.net.reach(t.id, to)
-			if dst == nil {
+			if stale > 0 {
+				t.mu.Lock()
+				t.stats.Dropped += int64(stale)
+				t.mu.Unlock()
+			}
+			dst := end.t
+			if len(batch) == 0 {
 				continue
 			}
 			dst.mu.Lock()
@@ -207,7 +253,7 @@ func (t *MemTransport) Connected(id string) bool {
 	t.mu.Lock()
 	known := t.peers[id] && !t.closed
 	t.mu.Unlock()
-	return known && t.net.reach(t.id, id) != nil
+	return known && t.net.reach(t.id, id).t != nil
 }
 
 // Stats implements Transport.

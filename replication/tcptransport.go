@@ -55,6 +55,14 @@ type TCPConfig struct {
 	// WriteTimeout bounds one batch's write: a peer that stops reading
 	// breaks its link instead of holding the writer. Default 15 s.
 	WriteTimeout time.Duration
+	// DownQueueTimeout bounds how long a message queued while no
+	// connection to its peer is up waits for one: when a connection comes
+	// up, what was queued longer ago is dropped (counted in Dropped). Its
+	// job is the first dial after SetPeer and the quick redial after a
+	// peer restarts; a failed attempt and a broken connection drop the
+	// queue anyway (doc.go "What is dropped, and when" says why 1 s).
+	// Default 1 s.
+	DownQueueTimeout time.Duration
 	// BackoffMin and BackoffMax bound the redial delay after a failure:
 	// it starts at BackoffMin and doubles up to BackoffMax, each jittered
 	// to between half and all of it. Defaults 100 ms and 3 s.
@@ -75,7 +83,7 @@ func (c *TCPConfig) withDefaults() (TCPConfig, error) {
 	case o.Handler == nil && o.BatchHandler == nil:
 		return o, errors.New("replication: TCPConfig.Handler or BatchHandler is required")
 	case o.MaxFrame < 0 || o.QueueBytes < 0 || o.DialTimeout < 0 || o.HandshakeTimeout < 0 ||
-		o.WriteTimeout < 0 || o.BackoffMin < 0 || o.BackoffMax < 0:
+		o.WriteTimeout < 0 || o.BackoffMin < 0 || o.BackoffMax < 0 || o.DownQueueTimeout < 0:
 		return o, errors.New("replication: TCPConfig limits must not be negative")
 	case o.MaxFrame > 1<<31:
 		return o, errors.New("replication: TCPConfig.MaxFrame over 2 GiB")
@@ -100,6 +108,7 @@ func (c *TCPConfig) withDefaults() (TCPConfig, error) {
 	def(&o.DialTimeout, 3*time.Second)
 	def(&o.HandshakeTimeout, 5*time.Second)
 	def(&o.WriteTimeout, 15*time.Second)
+	def(&o.DownQueueTimeout, time.Second)
 	def(&o.BackoffMin, 100*time.Millisecond)
 	def(&o.BackoffMax, 3*time.Second)
 	o.BackoffMax = max(o.BackoffMax, o.BackoffMin)
@@ -120,6 +129,9 @@ type TCPTransport struct {
 	// id is this node's id in handshakes: cfg.ID until SetID (CLUSTER
 	// RESET HARD) gives another.
 	id atomic.Pointer[string]
+	// now is the clock of the queue's DownQueueTimeout (time.Now; tests
+	// set another before the first SetPeer).
+	now func() time.Time
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -148,7 +160,7 @@ func NewTCPTransport(cfg TCPConfig) (*TCPTransport, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &TCPTransport{cfg: o, log: o.Logger, lim: newLogLimiter(10 * time.Second),
-		ctx: ctx, cancel: cancel, links: map[string]*tcpLink{},
+		ctx: ctx, cancel: cancel, now: time.Now, links: map[string]*tcpLink{},
 		inbound: map[string]*inboundConn{}, accepted: map[net.Conn]struct{}{}}
 	if o.Secret == "" {
 		t.log.Warn("replication: the cluster bus is open: no cluster-secret, peers are not authenticated",
@@ -185,8 +197,10 @@ func (t *TCPTransport) SetID(id string) error {
 
 // SetPeer implements Transport. The link is dialled at once (not at the
 // first Send), so Connected reports on every known peer, as CLUSTER NODES
-// needs. A new address makes the link redial at once, keeping its queued
-// messages (they are for the node, not the address).
+// needs. A new address makes the link redial at once; what is queued while
+// no connection is up is kept for it (the messages are for the node, not
+// the address), but a connection to the old address that it closes drops
+// what was queued for that connection, as any broken one does.
 func (t *TCPTransport) SetPeer(id, addr string) {
 	if id == t.ID() {
 		return // we do not dial ourselves: the acceptor would refuse it
@@ -264,7 +278,9 @@ func (t *TCPTransport) Connected(id string) bool {
 
 // Stats implements Transport. Messages and bytes are counted as framed on
 // the wire (bytes after compression, headers included) once written or
-// read; Dropped counts Sends refused with ErrLinkFull.
+// read; Dropped counts Sends refused with ErrLinkFull and the queued
+// messages a link dropped: those queued for a connection that broke or an
+// attempt that failed, and those that waited over DownQueueTimeout.
 func (t *TCPTransport) Stats() TransportStats {
 	return TransportStats{
 		MessagesSent: t.stats.msgsSent.Load(), MessagesReceived: t.stats.msgsRecv.Load(),

@@ -29,8 +29,14 @@ const (
 )
 
 // queueRecordHeader is the size of a queued message's header in a link's
-// pending buffer: type u8 | payload length u32.
-const queueRecordHeader = 5
+// pending buffer: type u8 | payload length u32 | queued-at i64 (the
+// transport's clock in Unix nanoseconds, for DownQueueTimeout).
+const queueRecordHeader = 13
+
+// errLinkReaddressed: a dial or handshake given up because SetPeer named
+// another address meanwhile. The queue is for the node, not the address,
+// so it is kept (as for no other failed attempt).
+var errLinkReaddressed = errors.New("replication: link stopped or readdressed while dialling")
 
 // tcpLink is the sending link to one peer: a queue Send appends to and one
 // goroutine (run, started by SetPeer) that dials, handshakes and writes the
@@ -49,6 +55,7 @@ type tcpLink struct {
 	// buffer would.
 	pending      [][]byte
 	pendingBytes int
+	pendingMsgs  int
 	free         [][]byte // empty chunks to reuse, at most maxFreeChunks
 	spareList    [][]byte // the writer's previous batch list, reused
 	stopped      bool
@@ -108,10 +115,14 @@ func (l *tcpLink) enqueue(m Message) error {
 	}
 	var hdr [queueRecordHeader]byte
 	hdr[0] = byte(m.Type)
-	binary.BigEndian.PutUint32(hdr[1:], uint32(len(m.Payload)))
+	binary.BigEndian.PutUint32(hdr[1:5], uint32(len(m.Payload)))
+	// Read under l.mu, so the records of a queue are in time order and
+	// expirePending can drop a prefix.
+	binary.BigEndian.PutUint64(hdr[5:], uint64(l.t.now().UnixNano()))
 	c := append(l.pending[last], hdr[:]...)
 	l.pending[last] = append(c, m.Payload...)
 	l.pendingBytes += need
+	l.pendingMsgs++
 	l.mu.Unlock()
 	signal(l.wake)
 	return nil
@@ -152,7 +163,7 @@ func (l *tcpLink) stop() {
 		return
 	}
 	l.stopped = true
-	l.pending, l.pendingBytes, l.free, l.spareList = nil, 0, nil, nil
+	l.pending, l.pendingBytes, l.pendingMsgs, l.free, l.spareList = nil, 0, 0, nil, nil
 	c := l.conn
 	l.mu.Unlock()
 	close(l.quit)
@@ -181,6 +192,12 @@ func (l *tcpLink) run() {
 			if l.stopping() {
 				return
 			}
+			if !errors.Is(err, errLinkReaddressed) {
+				// The peer is not there (or refuses us): what was queued
+				// for it must not wait for its next life (doc.go "What is
+				// dropped, and when").
+				l.dropPending()
+			}
 			l.t.logDialError(l.id, addr, err, failures)
 			select {
 			case <-l.quit:
@@ -195,10 +212,19 @@ func (l *tcpLink) run() {
 			l.t.log.Info("replication: bus link up again", "peer", l.id, "remote", c.RemoteAddr().String(), "failed_attempts", failures)
 		}
 		failures = 0
+		// What waited too long for this connection is stale: the peer
+		// may have been down meanwhile, and the protocol has retried or
+		// timed out what mattered.
+		l.expirePending(l.t.now().Add(-l.t.cfg.DownQueueTimeout))
 		l.serve(c)
 		if l.stopping() {
 			return
 		}
+		// What was queued for the connection that broke is dropped, not
+		// carried over to the next one (the peer may have restarted and
+		// the protocol moved on: an acked job's REPLJOB must not arrive
+		// after its collection).
+		l.dropPending()
 		// A link that broke is redialled after the shortest delay: the
 		// peer may just have restarted. Repeated failures back off.
 		failures = 1
@@ -236,7 +262,7 @@ func (l *tcpLink) connect() (net.Conn, string, error) {
 	if l.stopped || l.addr != addr {
 		l.mu.Unlock()
 		c.Close()
-		return nil, addr, errors.New("replication: link stopped or readdressed while dialling")
+		return nil, addr, errLinkReaddressed
 	}
 	l.conn = c
 	l.mu.Unlock()
@@ -245,6 +271,12 @@ func (l *tcpLink) connect() (net.Conn, string, error) {
 	c.SetDeadline(time.Time{})
 	if err != nil {
 		l.dropConn(c)
+		l.mu.Lock()
+		readdressed := l.addr != addr
+		l.mu.Unlock()
+		if readdressed {
+			return nil, addr, errLinkReaddressed // setAddr closed it
+		}
 		return nil, addr, err
 	}
 	return c, addr, nil
@@ -306,7 +338,7 @@ func (l *tcpLink) writeLoop(c net.Conn, broken <-chan struct{}) error {
 		// Take the whole queue: Sends go on filling new chunks while this
 		// batch is written.
 		l.pending, l.spareList = l.spareList[:0], nil
-		l.pendingBytes = 0
+		l.pendingBytes, l.pendingMsgs = 0, 0
 		l.mu.Unlock()
 
 		c.SetWriteDeadline(time.Now().Add(l.t.cfg.WriteTimeout))
@@ -347,12 +379,67 @@ func (l *tcpLink) writeLoop(c net.Conn, broken <-chan struct{}) error {
 	}
 }
 
+// dropPending drops every queued message, counting them in Dropped. Only
+// the link's goroutine calls it, while no writer runs.
+func (l *tcpLink) dropPending() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped || l.pendingMsgs == 0 {
+		return
+	}
+	l.t.stats.dropped.Add(int64(l.pendingMsgs))
+	for _, chunk := range l.pending {
+		l.recycle(chunk)
+	}
+	l.pending, l.pendingBytes, l.pendingMsgs = l.pending[:0], 0, 0
+}
+
+// expirePending drops the queued messages queued before cutoff (a prefix
+// of the queue: records are in time order), counting them in Dropped.
+// Only the link's goroutine calls it, while no writer runs.
+func (l *tcpLink) expirePending(cutoff time.Time) {
+	limit := cutoff.UnixNano()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	dropped, i := 0, 0
+	for ; i < len(l.pending); i++ {
+		chunk := l.pending[i]
+		off := 0
+		for off+queueRecordHeader <= len(chunk) {
+			if int64(binary.BigEndian.Uint64(chunk[off+5:off+queueRecordHeader])) >= limit {
+				break
+			}
+			off += queueRecordHeader + int(binary.BigEndian.Uint32(chunk[off+1:off+5]))
+			dropped++
+		}
+		l.pendingBytes -= off
+		if off < len(chunk) {
+			// Keep the rest of this chunk, moved to its start so the
+			// chunk keeps its capacity (and can be reused).
+			n := copy(chunk, chunk[off:])
+			l.pending[i] = chunk[:n]
+			break
+		}
+		l.recycle(chunk)
+	}
+	l.pending = append(l.pending[:0], l.pending[i:]...)
+	l.pendingMsgs -= dropped
+	l.t.stats.dropped.Add(int64(dropped))
+}
+
+// recycle keeps an emptied chunk for reuse. Called under l.mu.
+func (l *tcpLink) recycle(chunk []byte) {
+	if cap(chunk) == queueChunk && len(l.free) < maxFreeChunks {
+		l.free = append(l.free, chunk[:0])
+	}
+}
+
 // writeBatch frames every record of a queue chunk. It returns how many messages
 // and wire bytes it wrote (buffered, not necessarily flushed).
 func writeBatch(fw *frameWriter, batch []byte) (msgs, bytes int, err error) {
 	for len(batch) >= queueRecordHeader {
 		typ := MsgType(batch[0])
-		n := int(binary.BigEndian.Uint32(batch[1:queueRecordHeader]))
+		n := int(binary.BigEndian.Uint32(batch[1:5]))
 		payload := batch[queueRecordHeader : queueRecordHeader+n]
 		batch = batch[queueRecordHeader+n:]
 		w, err := fw.writeFrame(typ, payload)

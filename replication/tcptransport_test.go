@@ -655,3 +655,82 @@ func concurrentPeer(i int) string {
 	}
 	return "node-c"
 }
+
+// TestTCPTransportQueuedTooLongExpires: a message that waited over
+// DownQueueTimeout for a connection is dropped when one comes up (a dial
+// that hangs and then succeeds, as through a partition that heals), and
+// one queued since is delivered. The clock is the test's.
+func TestTCPTransportQueuedTooLongExpires(t *testing.T) {
+	leakcheck.Check(t)
+	rb := newSuiteRecorder()
+	b := startTCPNode(t, tcpTestConfig("node-b", "", rb.handle))
+	cfg := tcpTestConfig("node-a", "", func(string, Message) {})
+	cfg.DownQueueTimeout = time.Second
+	a := startTCPNode(t, cfg)
+	var skew atomic.Int64
+	a.tr.now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+
+	// A proxy that holds the first connection until released, then
+	// forwards it to node-b.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(release) }) }
+	var wg sync.WaitGroup
+	var connMu sync.Mutex
+	var conns []net.Conn
+	keep := func(c net.Conn) { connMu.Lock(); conns = append(conns, c); connMu.Unlock() }
+	t.Cleanup(func() {
+		letGo()
+		ln.Close()
+		connMu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		connMu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		keep(c)
+		<-release
+		up, err := net.Dial("tcp", b.addr())
+		if err != nil {
+			c.Close()
+			return
+		}
+		keep(up)
+		wg.Go(func() { io.Copy(up, c); up.Close() })
+		io.Copy(c, up)
+		c.Close()
+	})
+
+	a.tr.SetPeer("node-b", ln.Addr().String())
+	if err := a.tr.Send("node-b", suiteSeq(1)); err != nil {
+		t.Fatal(err)
+	}
+	skew.Store(int64(2 * time.Second)) // it has waited 2 s
+	if err := a.tr.Send("node-b", suiteSeq(2)); err != nil {
+		t.Fatal(err)
+	}
+	letGo()
+	suiteWaitUntil(t, "Connected(node-b) through the proxy", func() bool { return a.tr.Connected("node-b") })
+	suiteSend(t, a.tr, "node-b", suiteSeq(3))
+	got := rb.waitFor(t, "node-a", 2)
+	if len(got) != 2 || suiteSeqOf(t, got[0]) != 2 || suiteSeqOf(t, got[1]) != 3 {
+		var ns []int
+		for _, m := range got {
+			ns = append(ns, suiteSeqOf(t, m))
+		}
+		t.Fatalf("node-b received %v, want [2 3]: 1 waited over DownQueueTimeout", ns)
+	}
+	if d := a.tr.Stats().Dropped; d != 1 {
+		t.Fatalf("Dropped = %d, want 1 (the expired message)", d)
+	}
+}

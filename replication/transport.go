@@ -58,10 +58,15 @@ const (
 // implementations pass one test suite (transport_suite_test.go): TCP on the
 // bus port, and an in-memory network for in-process clusters.
 //
-// Delivery is best effort: a message for a peer that is down, or whose
-// link's queue is full, is dropped (Send says so); the protocol above
-// retries what matters (REPLJOB every 50 ms until enough GOTJOB, SETACK with
-// backoff). Messages to one peer that are delivered arrive in order.
+// Delivery is best effort: a message whose link's queue is full is
+// refused (Send says so, ErrLinkFull); one for a peer that is down, or
+// still queued when the link's connection breaks, is dropped (TCP: when
+// the next attempt fails or the connection breaks; memory: at once), and
+// none waits longer than a short bound (TCP's DownQueueTimeout, 1 s) for a
+// connection: a message is never delivered to a peer's next life, nor
+// seconds late (doc.go "What is dropped, and when"). The protocol above
+// retries what matters (REPLJOB every 50 ms until enough GOTJOB, SETACK
+// with backoff). Messages to one peer that are delivered arrive in order.
 type Transport interface {
 	// SetPeer tells the transport where node id listens (its bus address);
 	// a link to it is dialled (TCP: at once), and redialled with backoff
@@ -86,7 +91,7 @@ type Transport interface {
 type TransportStats struct {
 	MessagesSent, MessagesReceived int64
 	BytesSent, BytesReceived       int64 // on the wire, after compression
-	Dropped                        int64 // messages Send could not queue
+	Dropped                        int64 // messages refused (ErrLinkFull) or dropped from a link's queue
 }
 
 var (

@@ -58,6 +58,8 @@ func TestTransportSuite(t *testing.T) {
 		{"UnknownPeer", suiteUnknownPeer},
 		{"Close", suiteClose},
 		{"BatchedDelivery", suiteBatchedDelivery},
+		{"QueuedWhileDownDropped", suiteQueuedWhileDownDropped},
+		{"QueuedOnBrokenLinkDropped", suiteQueuedOnBrokenLinkDropped},
 	}
 	for _, impl := range impls {
 		t.Run(impl.name, func(t *testing.T) {

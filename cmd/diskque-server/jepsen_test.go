@@ -47,16 +47,6 @@ var (
 // violations and fails only with -jepsen.strict. Remove an entry with its
 // fix.
 var jepsenKnownIssues = map[jepsen.Rule]string{
-	// Seed 41, 3 min: a REPLICATE 3 ADDJOB on n3 sent REPLJOB to n4 as n4
-	// was killed; the job was replicated elsewhere, delivered, acked and
-	// collected (n4's dummy ack from the SETACK went with the DELJOB), the
-	// prober saw it gone, and 9 s later n3's bus link to n4 came back and
-	// flushed the REPLJOB still queued on it (TCPTransport keeps a link's
-	// queue across redials): n4 stored a copy, requeued it after RETRY
-	// and delivered it again. Rare (about one in 20,000 acks under these
-	// faults), so the 20 s CI run would be flaky on it until the bus
-	// drops or expires what it queued for a peer that went down.
-	jepsen.DeliveredAfterGone: "a REPLJOB queued on a bus link to a dead peer is delivered after the job was acked and collected",
 	// Seed 5 with partitions: ACKJOB on the origin n4 (REPLICATE 2, the
 	// copy on n3), then n1,n4 | n2,n3,n5 24 ms later and n4 killed: n3
 	// had the SETACK (its copy acked) but never the DELJOB, and nothing
