@@ -141,9 +141,20 @@ type ackGC struct {
 	dummy     bool            // a dummy ack: SETACK to every node
 	targets   []string        // the other nodes that may hold a copy
 	mayhave   int             // SETACK's: the nodes that may hold it, this one included (0: dummy)
-	confirmed map[string]bool // targets that answered GOTACK
-	retries   int             // SETACK rounds sent
-	next      time.Time       // when the next round is due
+	confirmed map[string]bool // targets that answered GOTACK; nil until one did
+	// retries is the SETACK rounds sent: 0 for a holder's collection
+	// still waiting for its first (heldAcked), which a DELJOB then ends
+	// with no message (delJobs).
+	retries int
+	next    time.Time // when the next round is due
+}
+
+// confirm records that target n answered (or was forgotten).
+func (gc *ackGC) confirm(n string) {
+	if gc.confirmed == nil {
+		gc.confirmed = make(map[string]bool, len(gc.targets))
+	}
+	gc.confirmed[n] = true
 }
 
 var (
