@@ -29,7 +29,7 @@ func (j *Jobs) Acked(jobs []*storage.Job) {
 	var alone []string
 	j.mu.Lock()
 	for _, job := range jobs {
-		if j.acks[job.ID] != nil {
+		if j.acks.get(job.ID) != nil {
 			continue
 		}
 		gc := &ackGC{next: now}
@@ -47,7 +47,7 @@ func (j *Jobs) Acked(jobs []*storage.Job) {
 			alone = append(alone, job.ID) // no copy elsewhere to collect
 			continue
 		}
-		j.acks[job.ID] = gc
+		j.acks.put(job.ID, gc)
 	}
 	j.mu.Unlock()
 	if len(alone) > 0 {
@@ -78,7 +78,7 @@ func (j *Jobs) heldAcked(from string, jobs []*storage.Job, dummies []string, now
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for _, job := range jobs {
-		if j.acks[job.ID] != nil {
+		if j.acks.get(job.ID) != nil {
 			continue
 		}
 		gc := &ackGC{mayhave: len(job.Nodes), next: now.Add(ackBackoff(0)), retries: 0}
@@ -95,13 +95,13 @@ func (j *Jobs) heldAcked(from string, jobs []*storage.Job, dummies []string, now
 			gc.targets = append(gc.targets, from)
 			gc.mayhave++
 		}
-		j.acks[job.ID] = gc
+		j.acks.put(job.ID, gc)
 	}
 	for _, id := range dummies {
-		if j.acks[id] != nil || len(others) == 0 {
+		if j.acks.get(id) != nil || len(others) == 0 {
 			continue
 		}
-		j.acks[id] = &ackGC{dummy: true, targets: others, next: now.Add(ackBackoff(0))}
+		j.acks.put(id, &ackGC{dummy: true, targets: others, next: now.Add(ackBackoff(0))})
 	}
 }
 
@@ -122,14 +122,12 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 	var done []string
 	dels := map[string][]string{}
 	j.mu.Lock()
-	for id, gc := range j.acks {
-		if now.Before(gc.next) {
-			continue
-		}
+	for gc := j.acks.first(now); gc != nil; gc = j.acks.first(now) {
+		id := gc.id
 		if j.forgetTargetsLocked(gc, known) {
 			// Every node left to confirm was forgotten (CLUSTER FORGET):
 			// nobody will answer, and a forgotten node's copy is its own.
-			delete(j.acks, id)
+			j.acks.drop(id)
 			if !gc.dummy {
 				done = append(done, id)
 				for _, n := range gc.targets {
@@ -150,7 +148,7 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 				m.ids, m.mayhave = append(m.ids, id), append(m.mayhave, gc.mayhave)
 			}
 		}
-		gc.next = now.Add(ackBackoff(gc.retries))
+		j.acks.reschedule(gc, now.Add(ackBackoff(gc.retries))) // after now: the loop ends
 		gc.retries++
 	}
 	j.mu.Unlock()
@@ -209,7 +207,7 @@ func ackBackoff(retries int) time.Duration {
 func (j *Jobs) NextAckRetry(id string) (time.Time, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	gc := j.acks[id]
+	gc := j.acks.get(id)
 	if gc == nil {
 		return time.Time{}, false
 	}
@@ -243,12 +241,12 @@ func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
 	j.mu.Lock()
 	j.stats.GotAcksReceived += int64(len(ids))
 	for i, id := range ids {
-		gc := j.acks[id]
+		gc := j.acks.get(id)
 		if gc == nil {
 			continue
 		}
 		if gc.dummy && known[i] {
-			delete(j.acks, id)
+			j.acks.drop(id)
 			dropDummy = append(dropDummy, id)
 			continue
 		}
@@ -263,7 +261,7 @@ func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
 		if !all {
 			continue
 		}
-		delete(j.acks, id)
+		j.acks.drop(id)
 		if gc.dummy {
 			dropDummy = append(dropDummy, id) // nobody has it
 			continue
@@ -300,7 +298,7 @@ func (j *Jobs) FastAcked(jobs []*storage.Job, unknown []string) {
 	}
 	j.mu.Lock()
 	for _, job := range jobs {
-		delete(j.acks, job.ID)
+		j.acks.drop(job.ID)
 	}
 	j.mu.Unlock()
 	j.sendDelJobs(per)

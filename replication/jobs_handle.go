@@ -361,14 +361,14 @@ func (j *Jobs) delJobs(ids []string) {
 	dels := map[string][]string{}
 	j.mu.Lock()
 	for _, id := range ids {
-		if gc := j.acks[id]; gc != nil && !gc.dummy && gc.retries > 0 {
+		if gc := j.acks.get(id); gc != nil && !gc.dummy && gc.retries > 0 {
 			// The sender too: a SETACK from here it had not yet
 			// read when it deleted the job leaves it a dummy ack.
 			for _, n := range gc.targets {
 				dels[n] = append(dels[n], id)
 			}
 		}
-		delete(j.acks, id)
+		j.acks.drop(id)
 	}
 	j.mu.Unlock()
 	if _, err := j.broker.RemoteDelJob(ids); err != nil {

@@ -93,7 +93,7 @@ func (j *Jobs) NodesConfirmed(id string) []string {
 		for n := range p.confirmed {
 			others = append(others, n)
 		}
-	} else if gc := j.acks[id]; gc != nil {
+	} else if gc := j.acks.get(id); gc != nil {
 		mine = true
 		for n := range gc.confirmed {
 			others = append(others, n)
