@@ -12,6 +12,14 @@ import (
 // holder not yet confirmed, again after 1 s, 2 s, … up to 180 s (± 500 ms)
 // however long a holder is down; each answers GOTACK; once all have, DELJOB
 // to all of them and the job is deleted here.
+//
+// Every node that holds an acked copy collects it too, as Disque's job
+// cron does (job.c processJob → ack.c tryJobGC): a holder acked by
+// another node's SETACK, and a dummy ack a SETACK left, get a collection
+// whose first round waits the retry period (heldAcked). The collector's
+// DELJOB usually comes first and ends it with no message sent; when the
+// DELJOB was lost (a partition, a kill), the holder's own rounds finish
+// the job's collection instead of leaving the copy until its TTL.
 
 // Acked implements queue.Cluster: it starts the collection of the jobs
 // (dummy acks: SETACK to every known node) and sends the first SETACKs.
@@ -21,10 +29,10 @@ func (j *Jobs) Acked(jobs []*storage.Job) {
 	var alone []string
 	j.mu.Lock()
 	for _, job := range jobs {
-		if j.acks[job.ID] != nil {
+		if j.acks.get(job.ID) != nil {
 			continue
 		}
-		gc := &ackGC{confirmed: map[string]bool{}, next: now}
+		gc := &ackGC{next: now}
 		if job.IsDummyAck() {
 			gc.dummy, gc.targets = true, others
 		} else {
@@ -39,7 +47,7 @@ func (j *Jobs) Acked(jobs []*storage.Job) {
 			alone = append(alone, job.ID) // no copy elsewhere to collect
 			continue
 		}
-		j.acks[job.ID] = gc
+		j.acks.put(job.ID, gc)
 	}
 	j.mu.Unlock()
 	if len(alone) > 0 {
@@ -48,6 +56,53 @@ func (j *Jobs) Acked(jobs []*storage.Job) {
 		}
 	}
 	j.RetryAcks(now)
+}
+
+// heldAcked starts the collection of copies acked here by the SETACK of
+// collector from (jobs, which this node knows no more holders of than
+// from does) and of the dummy acks that SETACK left (dummies: ids this
+// node never had). Their first round waits the retry period (1 s ±
+// 500 ms, then the usual backoff), as Disque's acknowledgeJob schedules
+// it: the collector's DELJOB, following our GOTACK, normally ends them
+// first, with no message sent. A job already being collected here keeps
+// its collection.
+func (j *Jobs) heldAcked(from string, jobs []*storage.Job, dummies []string, now time.Time) {
+	if len(jobs) == 0 && len(dummies) == 0 {
+		return
+	}
+	var others []string
+	if len(dummies) > 0 {
+		others = j.otherIDs()
+	}
+	self := j.self()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, job := range jobs {
+		if j.acks.get(job.ID) != nil {
+			continue
+		}
+		gc := &ackGC{mayhave: len(job.Nodes), next: now.Add(ackBackoff(0)), retries: 0}
+		sender := false
+		for _, n := range job.Nodes {
+			if n != self {
+				gc.targets = append(gc.targets, n)
+			}
+			sender = sender || n == from
+		}
+		if !sender {
+			// The sender had a copy, or its SETACK would not say so
+			// (mayhave > 0): ask it too.
+			gc.targets = append(gc.targets, from)
+			gc.mayhave++
+		}
+		j.acks.put(job.ID, gc)
+	}
+	for _, id := range dummies {
+		if j.acks.get(id) != nil || len(others) == 0 {
+			continue
+		}
+		j.acks.put(id, &ackGC{dummy: true, targets: others, next: now.Add(ackBackoff(0))})
+	}
 }
 
 // RetryAcks sends the SETACK rounds due at now (the first one of a job
@@ -67,14 +122,12 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 	var done []string
 	dels := map[string][]string{}
 	j.mu.Lock()
-	for id, gc := range j.acks {
-		if now.Before(gc.next) {
-			continue
-		}
+	for gc := j.acks.first(now); gc != nil; gc = j.acks.first(now) {
+		id := gc.id
 		if j.forgetTargetsLocked(gc, known) {
 			// Every node left to confirm was forgotten (CLUSTER FORGET):
 			// nobody will answer, and a forgotten node's copy is its own.
-			delete(j.acks, id)
+			j.acks.drop(id)
 			if !gc.dummy {
 				done = append(done, id)
 				for _, n := range gc.targets {
@@ -95,14 +148,20 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 				m.ids, m.mayhave = append(m.ids, id), append(m.mayhave, gc.mayhave)
 			}
 		}
-		gc.next = now.Add(ackBackoff(gc.retries))
+		j.acks.reschedule(gc, now.Add(ackBackoff(gc.retries))) // after now: the loop ends
 		gc.retries++
 	}
 	j.mu.Unlock()
 	sent := 0
 	for n, m := range per {
-		j.send(n, MsgSetAck, encodeSetAcks(m.ids, m.mayhave))
-		sent++
+		// A node holding many acked copies (after a partition, a
+		// restart) sends them in messages of idsPerMessage, far below
+		// MaxFrame, one message per chunk and target per round.
+		for i := 0; i < len(m.ids); i += idsPerMessage {
+			k := min(i+idsPerMessage, len(m.ids))
+			j.send(n, MsgSetAck, encodeSetAcks(m.ids[i:k], m.mayhave[i:k]))
+			sent++
+		}
 	}
 	if sent > 0 {
 		j.count(func(s *JobsStats) { s.SetAcksSent += int64(sent) })
@@ -126,7 +185,7 @@ func (j *Jobs) forgetTargetsLocked(gc *ackGC, known map[string]bool) bool {
 	all := true
 	for _, n := range gc.targets {
 		if !gc.confirmed[n] && !known[n] {
-			gc.confirmed[n] = true
+			gc.confirm(n)
 		}
 		all = all && gc.confirmed[n]
 	}
@@ -148,7 +207,7 @@ func ackBackoff(retries int) time.Duration {
 func (j *Jobs) NextAckRetry(id string) (time.Time, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	gc := j.acks[id]
+	gc := j.acks.get(id)
 	if gc == nil {
 		return time.Time{}, false
 	}
@@ -182,16 +241,16 @@ func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
 	j.mu.Lock()
 	j.stats.GotAcksReceived += int64(len(ids))
 	for i, id := range ids {
-		gc := j.acks[id]
+		gc := j.acks.get(id)
 		if gc == nil {
 			continue
 		}
 		if gc.dummy && known[i] {
-			delete(j.acks, id)
+			j.acks.drop(id)
 			dropDummy = append(dropDummy, id)
 			continue
 		}
-		gc.confirmed[from] = true
+		gc.confirm(from) // "not known" too: it holds no copy
 		all := true
 		for _, n := range gc.targets {
 			if !gc.confirmed[n] {
@@ -202,7 +261,7 @@ func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
 		if !all {
 			continue
 		}
-		delete(j.acks, id)
+		j.acks.drop(id)
 		if gc.dummy {
 			dropDummy = append(dropDummy, id) // nobody has it
 			continue
@@ -239,7 +298,7 @@ func (j *Jobs) FastAcked(jobs []*storage.Job, unknown []string) {
 	}
 	j.mu.Lock()
 	for _, job := range jobs {
-		delete(j.acks, job.ID)
+		j.acks.drop(job.ID)
 	}
 	j.mu.Unlock()
 	j.sendDelJobs(per)
@@ -310,10 +369,13 @@ func (j *Jobs) resume() error {
 	return nil
 }
 
-// sendDelJobs sends each node its DELJOB (the ids to delete), counted.
+// sendDelJobs sends each node its DELJOB (the ids to delete), counted,
+// in messages of idsPerMessage.
 func (j *Jobs) sendDelJobs(per map[string][]string) {
 	for n, ids := range per {
-		j.send(n, MsgDelJob, encodeIDs(ids))
-		j.count(func(s *JobsStats) { s.DelJobsSent++ })
+		for i := 0; i < len(ids); i += idsPerMessage {
+			j.send(n, MsgDelJob, encodeIDs(ids[i:min(i+idsPerMessage, len(ids))]))
+			j.count(func(s *JobsStats) { s.DelJobsSent++ })
+		}
 	}
 }

@@ -283,9 +283,19 @@
 //     mayhave: then it collects the job itself, and answers only a dummy
 //     ack's SETACK (as Disque). A dummy ack that reaches a node that knows
 //     the job leaves the collection to it and goes; so does one that every
-//     node answered without knowing the job (no copy is left anywhere). A DELJOB for a job
-//     being collected here too ends that collection with DELJOB to its
-//     targets (clearing the dummy acks its SETACKs left). A target no
+//     node answered without knowing the job (no copy is left anywhere).
+//     Every node holding an acked copy collects it (Disque's job cron,
+//     tryJobGC): a copy acked by another node's SETACK, and a dummy ack a
+//     holder's SETACK (mayhave > 0) left, get a collection of their own
+//     whose first round waits the retry period (1 s ± 500 ms, then the
+//     backoff), so a DELJOB lost to a partition or a kill leaves the copy
+//     only until then; a GOTACK "not known" counts as confirmed. A
+//     DELJOB for a job being collected here ends that collection: with no
+//     message if it has sent no round yet (the common case: one SETACK
+//     and one DELJOB per holder in all), else with DELJOB to its targets
+//     (clearing the dummy acks its SETACKs left). One small entry per
+//     acked job held; a round sends each target its ids in messages of
+//     at most 4096, SETACK and DELJOB alike. A target no
 //     longer known (forgotten) counts as confirmed at the next round.
 //     Start resumes the collection of every acked job on disk, and
 //     deletes the jobs a restart left in wait-repl (their ADDJOB was never

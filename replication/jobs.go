@@ -87,8 +87,9 @@ type Jobs struct {
 	mu sync.Mutex
 	// repl: the synchronous replications waiting for GOTJOB, by job id.
 	repl map[string]*pendingRepl
-	// acks: the acked jobs whose copies are being collected, by job id.
-	acks map[string]*ackGC
+	// acks: the acked jobs whose copies are being collected, by job id
+	// and by next round (ackgc_table.go).
+	acks ackTable
 	// confirm: per sender, the REPLJOB copies waiting for durability
 	// before their GOTJOB (jobs_handle.go); confirmers counts the
 	// goroutines running them, which Close waits for.
@@ -141,9 +142,23 @@ type ackGC struct {
 	dummy     bool            // a dummy ack: SETACK to every node
 	targets   []string        // the other nodes that may hold a copy
 	mayhave   int             // SETACK's: the nodes that may hold it, this one included (0: dummy)
-	confirmed map[string]bool // targets that answered GOTACK
-	retries   int             // SETACK rounds sent
-	next      time.Time       // when the next round is due
+	confirmed map[string]bool // targets that answered GOTACK; nil until one did
+	// retries is the SETACK rounds sent: 0 for a holder's collection
+	// still waiting for its first (heldAcked), which a DELJOB then ends
+	// with no message (delJobs).
+	retries int
+	next    time.Time // when the next round is due
+	// id is the job's; index its place in ackTable's heap.
+	id    string
+	index int
+}
+
+// confirm records that target n answered (or was forgotten).
+func (gc *ackGC) confirm(n string) {
+	if gc.confirmed == nil {
+		gc.confirmed = make(map[string]bool, len(gc.targets))
+	}
+	gc.confirmed[n] = true
 }
 
 var (
@@ -182,7 +197,7 @@ func NewJobs(cfg JobsConfig) (*Jobs, error) {
 	if cfg.AckRetryTick == 0 {
 		cfg.AckRetryTick = 100 * time.Millisecond
 	}
-	return &Jobs{cfg: cfg, log: cfg.Logger, repl: map[string]*pendingRepl{}, acks: map[string]*ackGC{},
+	return &Jobs{cfg: cfg, log: cfg.Logger, repl: map[string]*pendingRepl{}, acks: newAckTable(),
 		confirm: map[string]*gotJobConfirmer{},
 		stop:    make(chan struct{}), done: make(chan struct{})}, nil
 }
@@ -251,7 +266,7 @@ func (j *Jobs) Stats() JobsStats {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	s := j.stats
-	s.PendingAcks, s.PendingRepl = len(j.acks), len(j.repl)
+	s.PendingAcks, s.PendingRepl = j.acks.len(), len(j.repl)
 	return s
 }
 

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -70,6 +71,10 @@ type testCluster struct {
 	// refusing: why a node refuses copies (JobsConfig.RefuseCopies;
 	// jobs_refuse_test.go), "" or absent when it takes them.
 	refusing map[string]string
+	// lose, if set, says which messages are lost on their way (to, from):
+	// the receiver never sees them, as with a link cut at that moment
+	// (ackgc_held_test.go).
+	lose func(to, from string, m Message) bool
 }
 
 func newTestCluster(t *testing.T, n int, ackTick time.Duration) *testCluster {
@@ -127,7 +132,18 @@ func (c *testCluster) open(nd *jobsNode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nd.tr = c.net.JoinBatch(nd.id, nd.jobs.HandleBatch) // as the daemon delivers them
+	handle := nd.jobs.HandleBatch
+	nd.tr = c.net.JoinBatch(nd.id, func(from string, ms []Message) { // as the daemon delivers them
+		c.mu.Lock()
+		lose := c.lose
+		c.mu.Unlock()
+		if lose != nil {
+			ms = slices.DeleteFunc(slices.Clone(ms), func(m Message) bool { return lose(id, from, m) })
+		}
+		if len(ms) > 0 {
+			handle(from, ms)
+		}
+	})
 	nd.broker, err = queue.New(queue.Options{Store: st, Cluster: nd.jobs, Logger: quietLog(), Now: c.now})
 	if err != nil {
 		t.Fatal(err)

@@ -271,7 +271,10 @@ func (j *Jobs) gotJobs(from string, ids []string) {
 // (mayhave): it collects that job itself (Acked), and answers GOTACK only
 // if the sender has a dummy ack (mayhave 0), which may then go. Answered,
 // a sender that knows fewer holders would delete the job everywhere it
-// knows and leave the others' copies to be requeued.
+// knows and leave the others' copies to be requeued. Every other copy
+// acked here, and every dummy ack the SETACK left, gets a collection of
+// its own whose first round waits (heldAcked): if the sender's DELJOB
+// never comes, this node collects the job itself.
 //
 // A SETACK with mayhave 0 is a search: the sender holds a dummy ack (an
 // ACKJOB of an id it never had) and asks every node. A job unknown here
@@ -289,18 +292,31 @@ func (j *Jobs) setAcks(from string, ids []string, mayhave []int) {
 	}
 	var answer []string
 	var answerKnown []bool
-	var collect []*storage.Job
+	var collect, held []*storage.Job
+	var dummies []string
 	for i, id := range ids {
-		if known[i] {
-			if job, err := j.broker.Store().Job(id); err == nil && len(job.Nodes) > mayhave[i] {
-				collect = append(collect, job)
-				if mayhave[i] != 0 {
-					continue
-				}
+		job, err := j.broker.Store().Job(id)
+		switch {
+		case err != nil:
+			// At-most-once and not here: nothing was left to collect.
+		case known[i] && len(job.Nodes) > mayhave[i]:
+			collect = append(collect, job)
+			if mayhave[i] != 0 {
+				continue
 			}
+		case known[i]:
+			held = append(held, job)
+		case job.IsDummyAck() && mayhave[i] != 0:
+			// A holder's SETACK left (or found) a dummy ack here. A
+			// dummy ack's SETACK (mayhave 0) does not: the dummies
+			// it reaches are collected by the SETACK that left them.
+			dummies = append(dummies, id)
 		}
 		answer, answerKnown = append(answer, id), append(answerKnown, known[i])
 	}
+	// Recorded before the GOTACK goes, so the DELJOB it brings finds
+	// the collections and ends them.
+	j.heldAcked(from, held, dummies, j.cfg.Now())
 	if len(answer) > 0 {
 		j.send(from, MsgGotAck, encodeGotAcks(answer, answerKnown))
 	}
@@ -345,22 +361,28 @@ func (j *Jobs) remoteSetAcks(ids []string, mayhave []int) ([]bool, error) {
 }
 
 // delJobs deletes the copies (DELJOB) and forgets their collection. A
-// job this node was collecting too (two holders collect at once after an
-// ACKJOB on a node that never had it) ends its collection as if it had
-// finished: DELJOB to its other targets, whose SETACK from here may have
-// left a dummy ack on a node that had deleted the job already.
+// collection here that has sent nothing yet (a holder's, waiting for its
+// first round: the common case, the collector's DELJOB came in time) just
+// ends: no SETACK from here left anything anywhere. One that has sent a
+// SETACK round (two nodes collect at once: the DELJOB was late, or an
+// ACKJOB on a node that never had the job) ends as if it had finished:
+// DELJOB to its other targets, whose SETACK from here may have left a
+// dummy ack on a node that had deleted the job already — the dummy's own
+// collection would clear it too, but only after its retry period and
+// with a SETACK to every node. A dummy ack's SETACK (mayhave 0) leaves
+// nothing, so a dummy's collection ends with no message either.
 func (j *Jobs) delJobs(ids []string) {
 	dels := map[string][]string{}
 	j.mu.Lock()
 	for _, id := range ids {
-		if gc := j.acks[id]; gc != nil && !gc.dummy {
+		if gc := j.acks.get(id); gc != nil && !gc.dummy && gc.retries > 0 {
 			// The sender too: a SETACK from here it had not yet
 			// read when it deleted the job leaves it a dummy ack.
 			for _, n := range gc.targets {
 				dels[n] = append(dels[n], id)
 			}
 		}
-		delete(j.acks, id)
+		j.acks.drop(id)
 	}
 	j.mu.Unlock()
 	if _, err := j.broker.RemoteDelJob(ids); err != nil {

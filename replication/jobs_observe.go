@@ -81,8 +81,8 @@ func (j *Jobs) RoundTripP99Millis() int64 { return j.rtt.quantile(0.99) }
 // NodesConfirmed is SHOW's nodes-confirmed, as Disque's job.c keeps it:
 // while the job's synchronous replication runs, this node (unless the
 // replication is external) and those that answered GOTJOB; while its ack
-// is collected here, this node and those that answered GOTACK; otherwise
-// none. This node first, then the others in id order.
+// is collected here (a first SETACK round sent), this node and those that
+// answered GOTACK; otherwise none. This node first, then the others in id order.
 func (j *Jobs) NodesConfirmed(id string) []string {
 	self := j.self()
 	var others []string
@@ -93,7 +93,9 @@ func (j *Jobs) NodesConfirmed(id string) []string {
 		for n := range p.confirmed {
 			others = append(others, n)
 		}
-	} else if gc := j.acks[id]; gc != nil {
+	} else if gc := j.acks.get(id); gc != nil && gc.retries > 0 {
+		// A holder's collection waiting for its first round has none
+		// yet: Disque's nodes_confirmed is made by tryJobGC's first run.
 		mine = true
 		for n := range gc.confirmed {
 			others = append(others, n)

@@ -161,7 +161,7 @@ func (j *Jobs) setAckTo(from string, ids []string) {
 	mayhave := make([]int, len(ids)) // 0 where no collection runs here
 	j.mu.Lock()
 	for i, id := range ids {
-		gc := j.acks[id]
+		gc := j.acks.get(id)
 		if gc == nil {
 			continue
 		}

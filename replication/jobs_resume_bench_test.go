@@ -114,5 +114,5 @@ func BenchmarkResumeBacklog(b *testing.B) {
 func (j *Jobs) pendingAcks() int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return len(j.acks)
+	return j.acks.len()
 }

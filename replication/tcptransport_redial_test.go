@@ -29,6 +29,8 @@ func TestTCPTransportRedialsAPeerThatDialledIn(t *testing.T) {
 		t.Fatal(err) // queued: the link is not up yet
 	}
 	a.log.waitFor(t, "cannot reach peer", "node-b") // now in its minute of backoff
+	// (The message queued for the failed dial was dropped with it: a link
+	// keeps nothing for a peer that is down, QueuedWhileDownDropped.)
 
 	// b again, on its address (held a moment after the close, maybe).
 	rb := newSuiteRecorder()
@@ -58,8 +60,11 @@ func TestTCPTransportRedialsAPeerThatDialledIn(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // polling with a deadline
 	}
-	if got := rb.waitFor(t, "node-a", 1); suiteSeqOf(t, got[0]) != 0 {
-		t.Fatalf("b received %v", got)
+	if err := a.tr.Send("node-b", suiteSeq(1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := rb.waitFor(t, "node-a", 1); suiteSeqOf(t, got[0]) != 1 {
+		t.Fatalf("b received %v, want the message sent once the link was up first", got)
 	}
 	t.Logf("a's link to b up %v after b dialled a", time.Since(start).Round(time.Millisecond))
 }
