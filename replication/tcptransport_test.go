@@ -404,13 +404,16 @@ func TestTCPTransportLimits(t *testing.T) {
 	a := startTCPNode(t, cfg)
 	b := startTCPNode(t, tcpTestConfig("node-b", "", rb.handle))
 
-	// A peer that is not there: messages queue up to QueueBytes.
+	// A peer that does not answer: messages queue up to QueueBytes. (A
+	// listener that never accepts: the dial's handshake waits, so what is
+	// queued stays queued while the test fills the queue — a refused dial
+	// would drop it, as a link keeps nothing for a peer that is down.)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { ln.Close() })
 	nowhere := ln.Addr().String()
-	ln.Close()
 	a.tr.SetPeer("node-gone", nowhere)
 	queued := 0
 	for ; queued < 1000; queued++ {
