@@ -174,7 +174,9 @@ func run(cfg config) error {
 	}
 	stopMemLimit := make(chan struct{})
 	defer close(stopMemLimit)
-	startMemLimit(log, func() int64 { return memLimitFloor(live.maxMemory(), pebbleBudget) }, stopMemLimit)
+	// A node with peers (bus.Nodes counts itself) gets the lower floor.
+	clustered := func() bool { return len(bus.Nodes()) > 1 }
+	startMemLimit(log, func() int64 { return memLimitFloor(clustered(), live.maxMemory(), pebbleBudget) }, stopMemLimit)
 	gcOpts := gc.Options{Interval: time.Duration(cfg.GCInterval) * time.Second, MinLiveRatio: cfg.GCMinLiveRatio, Logger: log}
 	if cfg.GCInterval == 0 {
 		gcOpts.Interval = -1

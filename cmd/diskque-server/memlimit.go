@@ -21,33 +21,39 @@ import (
 //
 // The limit never goes below twice the live heap (retuned every
 // memLimitEvery): a fixed limit under a growing live heap would make the
-// runtime collect without end (up to half the CPU — a CGO_ENABLED=0 build
-// with GOMEMLIMIT=160MiB, Pebble's 96 MiB cache then inside the Go heap,
-// did not finish a 1M-job fill in 14 minutes). At worst it behaves as
-// GOGC=100.
+// runtime collect without end (up to half the CPU; most likely why a
+// CGO_ENABLED=0 build with GOMEMLIMIT=160MiB, Pebble's 96 MiB cache then
+// inside the Go heap, did not finish a 1M-job fill in 14 minutes). At worst
+// it behaves as GOGC=100.
 const (
-	// memLimitBase is the limit while the live heap is under half of it.
-	// A lone node's live heap is 15-17 MB under ADDJOB or GETJOB+ACKJOB
-	// at pipeline 16 (its heap goal 52-70 MB at GOGC=200), a clustered
-	// node's 25-55 MB after a 1M-job fill. At 64 MiB the lone node
-	// collected 20 → 24 times in 300k ADDJOBs (about 4 ms of CPU each, 1%
-	// of the run) and the 1M-job origin held 196 MB instead of 223 MB
-	// at 96 MiB (bench/README.md).
-	memLimitBase  = 64 << 20
-	memLimitEvery = time.Second
+	// memLimitLone is the limit's floor on a node without peers, while
+	// the live heap is under half of it. A lone node's live heap is 15-17
+	// MB under ADDJOB or GETJOB+ACKJOB at pipeline 16, its heap goal 52-70
+	// MB at GOGC=200: 96 MiB does not bind there (19 and 36 collections
+	// in 300k of each, as without a limit; bench/README.md).
+	memLimitLone = 96 << 20
+	// memLimitClustered is the floor once the node has peers. A clustered
+	// node's live heap is 25-55 MB after a 1M-job fill; at 96 MiB the
+	// origin held 222-223 MB, at 64 MiB 189-197 MB. On a lone node 64 MiB
+	// would bind: 20 → 24 collections in 300k ADDJOBs, +3% server CPU.
+	memLimitClustered = 64 << 20
+	memLimitEvery     = time.Second
 )
 
-// memLimitFloor is the limit's floor: memLimitBase, or maxmemory when it is
-// set above it (the user allows that much live memory; maxmemory bounds
-// the live heap, not RSS), plus Pebble's budget when Pebble allocates in
-// the Go heap (a build without cgo), since the limit counts every byte
-// the Go runtime holds.
-func memLimitFloor(maxMemory, pebbleInGoHeap int64) int64 {
-	floor := int64(memLimitBase)
+// memLimitFloor is the limit's floor: memLimitLone or, with peers,
+// memLimitClustered; or maxmemory when it is set above that (the user
+// allows that much live memory; maxmemory bounds the live heap, not RSS);
+// plus Pebble's budget when Pebble allocates in the Go heap (a build
+// without cgo), since the limit counts every byte the Go runtime holds.
+func memLimitFloor(clustered bool, maxMemory, pebbleGoBytes int64) int64 {
+	floor := int64(memLimitLone)
+	if clustered {
+		floor = memLimitClustered
+	}
 	if maxMemory > floor {
 		floor = maxMemory
 	}
-	return floor + pebbleInGoHeap
+	return floor + pebbleGoBytes
 }
 
 // memLimitFor is the limit for a live heap of live bytes: the floor, or
@@ -109,7 +115,10 @@ func startMemLimit(log *slog.Logger, floor func() int64, stop <-chan struct{}) {
 			case <-stop:
 				return
 			case <-tick.C:
-				t.retune()
+				was := t.last // read first: in "was, now := t.last, t.retune()" Go may read t.last after the call
+				if now := t.retune(); now != was {
+					log.Debug("memory limit", "limit", now)
+				}
 			}
 		}
 	}()

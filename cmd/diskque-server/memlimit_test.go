@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/diskque/diskque/storage"
 )
@@ -16,16 +17,18 @@ import (
 func TestMemLimitFloor(t *testing.T) {
 	for _, c := range []struct {
 		name            string
+		clustered       bool
 		maxMemory, pebb int64
 		want            int64
 	}{
-		{"default", 0, 0, memLimitBase},
-		{"maxmemory under the base", 32 << 20, 0, memLimitBase},
-		{"maxmemory over the base", 512 << 20, 0, 512 << 20},
-		{"pebble in the Go heap", 0, 96 << 20, memLimitBase + 96<<20},
+		{"lone", false, 0, 0, memLimitLone},
+		{"clustered", true, 0, 0, memLimitClustered},
+		{"maxmemory under the floor", false, 32 << 20, 0, memLimitLone},
+		{"maxmemory over the floor", true, 512 << 20, 0, 512 << 20},
+		{"pebble in the Go heap", false, 0, 96 << 20, memLimitLone + 96<<20},
 	} {
-		if got := memLimitFloor(c.maxMemory, c.pebb); got != c.want {
-			t.Errorf("%s: memLimitFloor(%d, %d) = %d, want %d", c.name, c.maxMemory, c.pebb, got, c.want)
+		if got := memLimitFloor(c.clustered, c.maxMemory, c.pebb); got != c.want {
+			t.Errorf("%s: memLimitFloor(%v, %d, %d) = %d, want %d", c.name, c.clustered, c.maxMemory, c.pebb, got, c.want)
 		}
 	}
 }
@@ -79,7 +82,7 @@ func TestDaemonSetsMemoryLimit(t *testing.T) {
 	for _, c := range []struct {
 		env, want string
 	}{
-		{"", `msg="memory limit" limit=` + strconv.FormatInt(memLimitFloor(0, pebble), 10)},
+		{"", `msg="memory limit" limit=` + strconv.FormatInt(memLimitFloor(false, 0, pebble), 10)},
 		{"GOMEMLIMIT=300MiB", `msg="memory limit from GOMEMLIMIT" limit=300MiB`},
 	} {
 		port := freePort(t)
@@ -105,5 +108,39 @@ func TestDaemonSetsMemoryLimit(t *testing.T) {
 		if !strings.Contains(out.String(), c.want) {
 			t.Errorf("env %q: log lacks %q:\n%s", c.env, c.want, out.String())
 		}
+	}
+}
+
+// TestClusteredNodeLowersMemoryLimit: once a node has a peer, its limit's
+// floor is memLimitClustered (its live heap is small here, so the limit is
+// the floor), and the change is logged at debug level.
+func TestClusteredNodeLowersMemoryLimit(t *testing.T) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		t.Skip("GOMEMLIMIT in the environment: the daemon leaves the limit alone")
+	}
+	var pebble int64
+	if pebbleInGoHeap {
+		o := storage.DefaultOptions()
+		pebble = o.CacheSize + 2*int64(o.MemTableSize)
+	}
+	pc := startProcCluster(t, 2, "--loglevel", "debug")
+	lone := `msg="memory limit" limit=` + strconv.FormatInt(memLimitFloor(false, 0, pebble), 10)
+	want := `msg="memory limit" limit=` + strconv.FormatInt(memLimitFloor(true, 0, pebble), 10)
+	log := func() string { n := pc.nodes[0]; return n.logs[len(n.logs)-1].String() }
+	if !strings.Contains(log(), lone) {
+		t.Fatalf("node 0 did not start at the lone floor (%q):\n%s", lone, log())
+	}
+	deadline := time.Now().Add(clusterWait)
+	for !strings.Contains(log(), want) {
+		if time.Now().After(deadline) {
+			var lines []string
+			for _, l := range strings.Split(log(), "\n") {
+				if strings.Contains(l, "memory limit") {
+					lines = append(lines, l)
+				}
+			}
+			t.Fatalf("node 0 did not log the clustered floor %q; its memory limit lines:\n%s", want, strings.Join(lines, "\n"))
+		}
+		time.Sleep(10 * time.Millisecond) // polling the log, with a deadline
 	}
 }
