@@ -148,6 +148,13 @@ func (l *liveConfig) logAppendOnly(was bool) {
 	}
 }
 
+// maxMemory is maxmemory as CONFIG SET left it.
+func (l *liveConfig) maxMemory() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cfg.MaxMemory
+}
+
 // apply pushes the run-time settings of l.cfg to the server and the
 // logger. l.mu is held.
 func (l *liveConfig) apply() {

@@ -167,6 +167,16 @@ func run(cfg config) error {
 		sopts.FS = vfs.NewMem()
 		dir = "mem"
 	}
+	// The soft memory limit (memlimit.go), retuned until the process ends.
+	pebbleBudget := int64(0)
+	if pebbleInGoHeap {
+		pebbleBudget = sopts.CacheSize + 2*int64(sopts.MemTableSize) // as storage sizes Pebble's cache
+	}
+	stopMemLimit := make(chan struct{})
+	defer close(stopMemLimit)
+	// A node with peers (bus.Nodes counts itself) gets the lower floor.
+	clustered := func() bool { return len(bus.Nodes()) > 1 }
+	startMemLimit(log, func() int64 { return memLimitFloor(clustered(), live.maxMemory(), pebbleBudget) }, stopMemLimit)
 	gcOpts := gc.Options{Interval: time.Duration(cfg.GCInterval) * time.Second, MinLiveRatio: cfg.GCMinLiveRatio, Logger: log}
 	if cfg.GCInterval == 0 {
 		gcOpts.Interval = -1
