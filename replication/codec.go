@@ -55,18 +55,9 @@ func encodeReplJobs(noReply bool, jobs []replJob) []byte {
 	b = binary.AppendUvarint(b, uint64(len(jobs)))
 	for _, r := range jobs {
 		j := r.Job
-		b = append(b, j.ID...)
-		b = appendString(b, j.Queue)
-		b = binary.AppendUvarint(b, j.Ctime)
-		b = binary.AppendVarint(b, j.Etime)
-		b = binary.AppendUvarint(b, uint64(j.Delay))
-		b = binary.AppendUvarint(b, uint64(j.Retry))
-		b = binary.AppendUvarint(b, uint64(j.Repl))
+		b = appendJobHead(b, j)
 		b = binary.AppendVarint(b, j.AwakeTime)
-		b = binary.AppendUvarint(b, uint64(len(j.Nodes)))
-		for _, n := range j.Nodes {
-			b = appendString(b, n)
-		}
+		b = appendNodes(b, j.Nodes)
 		b = appendString(b, string(r.Body))
 	}
 	return b
@@ -323,4 +314,25 @@ func (d *msgDecoder) nodes() []string {
 		ids = append(ids, id)
 	}
 	return ids
+}
+
+// appendJobHead appends what REPLJOB and YOURJOBS carry first of a job:
+// its id, queue, ctime, etime, delay, retry and replication level.
+func appendJobHead(b []byte, j *storage.Job) []byte {
+	b = append(b, j.ID...)
+	b = appendString(b, j.Queue)
+	b = binary.AppendUvarint(b, j.Ctime)
+	b = binary.AppendVarint(b, j.Etime)
+	b = binary.AppendUvarint(b, uint64(j.Delay))
+	b = binary.AppendUvarint(b, uint64(j.Retry))
+	return binary.AppendUvarint(b, uint64(j.Repl))
+}
+
+// appendNodes appends a job's node list (msgDecoder.nodes reads it).
+func appendNodes(b []byte, nodes []string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(nodes)))
+	for _, n := range nodes {
+		b = appendString(b, n)
+	}
+	return b
 }

@@ -51,19 +51,10 @@ func encodeYourJobs(jobs []queue.Replica) []byte {
 	b = binary.AppendUvarint(b, uint64(len(jobs)))
 	for _, r := range jobs {
 		j := r.Job
-		b = append(b, j.ID...)
-		b = appendString(b, j.Queue)
-		b = binary.AppendUvarint(b, j.Ctime)
-		b = binary.AppendVarint(b, j.Etime)
-		b = binary.AppendUvarint(b, uint64(j.Delay))
-		b = binary.AppendUvarint(b, uint64(j.Retry))
-		b = binary.AppendUvarint(b, uint64(j.Repl))
+		b = appendJobHead(b, j)
 		b = binary.AppendUvarint(b, uint64(j.Nacks))
 		b = binary.AppendUvarint(b, uint64(j.AdditionalDeliveries))
-		b = binary.AppendUvarint(b, uint64(len(j.Nodes)))
-		for _, n := range j.Nodes {
-			b = appendString(b, n)
-		}
+		b = appendNodes(b, j.Nodes)
 		b = appendString(b, string(r.Body))
 	}
 	return b
