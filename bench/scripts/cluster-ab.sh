@@ -11,33 +11,21 @@
 #   origin and of the two replicas: on a machine other work loads, a steadier figure than the ops/s.
 #   INFO=1 prints the origin's INFO cluster after the run (messages and jobs sent: REPLJOB batching).
 set -u
+. "$(dirname "$0")/cluster-lib.sh"
 cmd=$1; shift
 run() {
   local bin=$1 mode=$2 pipe=$3 repl=$4 secs=${5:-0} out=${OUT:-.}
   local work; work=$(mktemp -d); local pids=() c1= c2=
   trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"' RETURN
-  local b; b=$(python3 -c '
-import socket,random
-while True:
-    p=random.randint(21000,29000)
-    try:
-        for q in (p,p+1,p+2,p+10000,p+10001,p+10002,p+100,p+101,p+102):
-            s=socket.socket(); s.bind(("127.0.0.1",q)); s.close()
-        print(p); break
-    except OSError: pass')
+  local b; b=$(free_base 10000 100)
   local P=($b $((b+1)) $((b+2)))
   for i in 0 1 2; do mkdir -p "$work/n$i"
     "$bin" --port ${P[$i]} --dir "$work/n$i" --bind 127.0.0.1 --appendonly yes --appendfsync $mode \
       --pprof yes --metrics-addr 127.0.0.1:$((b+100+i)) >"$work/n$i.log" 2>&1 &
     pids+=($!)
   done
-  for p in "${P[@]}"; do for k in $(seq 200); do redis-cli -p $p info persistence 2>/dev/null | grep -q '^loading:0' && break; sleep 0.05; done; done
-  redis-cli -p ${P[0]} cluster meet 127.0.0.1 ${P[1]} >/dev/null
-  redis-cli -p ${P[1]} cluster meet 127.0.0.1 ${P[2]} >/dev/null
-  for k in $(seq 300); do local n=0
-    for p in "${P[@]}"; do redis-cli -p $p cluster info 2>/dev/null | grep -q 'cluster_reachable_nodes:2' && n=$((n+1)); done
-    [ $n = 3 ] && break; sleep 0.1
-  done
+  wait_loaded "${P[@]}"
+  meet3 "${P[@]}" || echo "cluster did not form" >&2
   local body; body=$(head -c 100 /dev/zero | tr '\0' x)
   if [ "$secs" != 0 ]; then
     (sleep 2; curl -s -o "$out/origin.prof" "http://127.0.0.1:$((b+100))/debug/pprof/${PROF:-profile}?seconds=$secs") & c1=$!

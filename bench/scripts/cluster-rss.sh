@@ -8,31 +8,19 @@
 # nodeI.heap for `go tool pprof`). DETAIL=1 adds RssAnon/RssFile and Go's MemStats; HOLD=S keeps the nodes up S
 # seconds more (their pids printed) for a look at /proc.
 set -u
+. "$(dirname "$0")/cluster-lib.sh"
 bin=$1; n=${2:-1000000}
 work=$(mktemp -d); pids=()
 trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"' EXIT
-b=$(python3 -c '
-import socket,random
-while True:
-    p=random.randint(21000,29000)
-    try:
-        for q in (p,p+1,p+2,p+10000,p+10001,p+10002,p+100,p+101,p+102):
-            s=socket.socket(); s.bind(("127.0.0.1",q)); s.close()
-        print(p); break
-    except OSError: pass')
+b=$(free_base 10000 100)
 P=($b $((b+1)) $((b+2)))
 for i in 0 1 2; do mkdir -p "$work/n$i"
   "$bin" --port ${P[$i]} --dir "$work/n$i" --bind 127.0.0.1 --appendonly yes --appendfsync everysec \
     --pprof yes --metrics-addr 127.0.0.1:$((b+100+i)) >"$work/n$i.log" 2>&1 &
   pids+=($!)
 done
-for p in "${P[@]}"; do for k in $(seq 200); do redis-cli -p $p info persistence 2>/dev/null | grep -q '^loading:0' && break; sleep 0.05; done; done
-redis-cli -p ${P[0]} cluster meet 127.0.0.1 ${P[1]} >/dev/null
-redis-cli -p ${P[1]} cluster meet 127.0.0.1 ${P[2]} >/dev/null
-for k in $(seq 300); do c=0
-  for p in "${P[@]}"; do redis-cli -p $p cluster info 2>/dev/null | grep -q 'cluster_reachable_nodes:2' && c=$((c+1)); done
-  [ $c = 3 ] && break; sleep 0.1
-done
+wait_loaded "${P[@]}"
+meet3 "${P[@]}" || echo "cluster did not form" >&2
 body=$(head -c 100 /dev/zero | tr '\0' x)
 start=$(date +%s)
 redis-benchmark -p ${P[0]} -c 50 -n $n -P 16 -q ADDJOB q "$body" 0 REPLICATE 3 2>/dev/null | tr "\r" "\n" | tail -1 | sed "s/.*REPLICATE 3: //"

@@ -8,6 +8,7 @@
 # MODE is the appendfsync policy (everysec|always). QBENCH overrides the client (default: built from
 # ../shared/peers/qbench). N sets the job count (default 20000).
 set -u
+. "$(dirname "$0")/cluster-lib.sh"
 cmd=$1; shift
 peers=$(cd "$(dirname "$0")/../../../shared/peers" && pwd)
 if [ -z "${QBENCH:-}" ]; then QBENCH=$(mktemp); (cd "$peers/qbench" && go build -o "$QBENCH" .) || exit 1; fi
@@ -15,28 +16,15 @@ run() {
   local bin=$1 mode=$2 secs=${3:-0} out=${OUT:-.} n=${N:-20000}
   local work; work=$(mktemp -d); local pids=() c1= c2=
   trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"' RETURN
-  local b; b=$(python3 -c '
-import socket,random
-while True:
-    p=random.randint(21000,29000)
-    try:
-        for q in (p,p+1,p+2,p+10000,p+10001,p+10002,p+100,p+101,p+102):
-            s=socket.socket(); s.bind(("127.0.0.1",q)); s.close()
-        print(p); break
-    except OSError: pass')
+  local b; b=$(free_base 10000 100)
   local P=($b $((b+1)) $((b+2)))
   for i in 0 1 2; do mkdir -p "$work/n$i"
     "$bin" --port ${P[$i]} --dir "$work/n$i" --bind 127.0.0.1 --appendonly yes --appendfsync $mode \
       --pprof yes --metrics-addr 127.0.0.1:$((b+100+i)) >"$work/n$i.log" 2>&1 &
     pids+=($!)
   done
-  for p in "${P[@]}"; do for k in $(seq 200); do redis-cli -p $p info persistence 2>/dev/null | grep -q '^loading:0' && break; sleep 0.05; done; done
-  redis-cli -p ${P[0]} cluster meet 127.0.0.1 ${P[1]} >/dev/null
-  redis-cli -p ${P[1]} cluster meet 127.0.0.1 ${P[2]} >/dev/null
-  for k in $(seq 300); do local c=0
-    for p in "${P[@]}"; do redis-cli -p $p cluster info 2>/dev/null | grep -q 'cluster_reachable_nodes:2' && c=$((c+1)); done
-    [ $c = 3 ] && break; sleep 0.1
-  done
+  wait_loaded "${P[@]}"
+  meet3 "${P[@]}" || echo "cluster did not form" >&2
   "$QBENCH" -addr 127.0.0.1:${P[0]} -mode add -n $n -conns 4 -pipeline 64 -extra "REPLICATE 1" >/dev/null
   if [ "$secs" != 0 ]; then
     (sleep 0.3; curl -s -o "$out/giver.prof" "http://127.0.0.1:$((b+100))/debug/pprof/${PROF:-profile}?seconds=$secs") & c1=$!

@@ -5,6 +5,7 @@
 # DISQUE_BIN overrides the reference server (default: built once by build-disque.sh). N sets the ADDJOB count.
 # Prints one line per workload: the medians for diskque and Disque, their ratio, and every run.
 set -u
+. "$(dirname "$0")/cluster-lib.sh"
 checkout=${1:-.}; mode=${2:-everysec}; reps=${3:-3}
 here=$(cd "$(dirname "$0")/../../../shared/peers" && pwd)   # the shared peers folder beside the checkout
 DISQUE_BIN=${DISQUE_BIN:-$("$here/build-disque.sh" | tail -1)}
@@ -13,17 +14,8 @@ trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm 
 (cd "$checkout" && go build -o "$work/dq" ./cmd/diskque-server) || exit 1
 (cd "$here/qbench" && go build -o "$work/qbench" .) || exit 1
 body=$(head -c 100 /dev/zero | tr '\0' x)
-base() { python3 -c '
-import socket,random
-while True:
-    p=random.randint(21000,29000)
-    try:
-        for q in (p,p+1,p+2,p+10000,p+10001,p+10002):
-            s=socket.socket(); s.bind(("127.0.0.1",q)); s.close()
-        print(p); break
-    except OSError: pass'; }
 up() { # BIN: start 3 nodes, meet, wait
-  local bin=$1; pids=(); b=$(base); P=($b $((b+1)) $((b+2)))
+  local bin=$1; pids=(); b=$(free_base 10000); P=($b $((b+1)) $((b+2)))
   for i in 0 1 2; do
     d="$work/data/n$i"; mkdir -p "$d"
     case $mode in
@@ -32,15 +24,8 @@ up() { # BIN: start 3 nodes, meet, wait
     esac
     pids+=($!)
   done
-  for p in "${P[@]}"; do
-    for k in $(seq 200); do redis-cli -p $p info persistence 2>/dev/null | grep -q '^loading:0' && break; sleep 0.05; done
-  done
-  redis-cli -p ${P[0]} cluster meet 127.0.0.1 ${P[1]} >/dev/null
-  redis-cli -p ${P[1]} cluster meet 127.0.0.1 ${P[2]} >/dev/null
-  for k in $(seq 300); do
-    n=0; for p in "${P[@]}"; do redis-cli -p $p cluster info 2>/dev/null | grep -q 'cluster_reachable_nodes:2' && n=$((n+1)); done
-    [ $n = 3 ] && return 0; sleep 0.1
-  done
+  wait_loaded "${P[@]}"
+  meet3 "${P[@]}" && return 0
   echo "cluster did not form"; return 1
 }
 down() { for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; pids=(); rm -rf "$work/data"; }
