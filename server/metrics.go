@@ -12,6 +12,7 @@ import (
 	"github.com/diskque/diskque/storage"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -53,6 +54,11 @@ func newMetrics(s *Server) *metrics {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
+	// The Go runtime's and the process's own figures: the memory limit the
+	// daemon sets (go_gc_gomemlimit_bytes), GC runs and pauses
+	// (go_gc_duration_seconds), the heap, and the RSS and CPU of the process
+	// (process_*), which the memory and pressure figures are read beside.
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(calls, latency,
 		gauge("diskque_registered_jobs", "Jobs the node holds.",
 			s.storeFigure(func(st storage.Stats) int64 { return st.Jobs })),

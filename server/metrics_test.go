@@ -58,7 +58,9 @@ func TestMetrics(t *testing.T) {
 	}
 	for _, re := range []string{`(?m)^diskque_aof_segments [1-9]`, `(?m)^diskque_aof_bytes [1-9]`,
 		`(?m)^diskque_aof_written_bytes_total [1-9]`, `(?m)^diskque_aof_fsyncs_total [1-9]`,
-		`(?m)^diskque_index_bytes \d`, `(?m)^diskque_gc_bytes_reclaimed_total 0$`} {
+		`(?m)^diskque_index_bytes \d`, `(?m)^diskque_gc_bytes_reclaimed_total 0$`,
+		`(?m)^go_gc_gomemlimit_bytes \d`, `(?m)^go_gc_gogc_percent \d`, `(?m)^go_gc_duration_seconds_count \d`,
+		`(?m)^process_resident_memory_bytes [1-9]`, `(?m)^process_cpu_seconds_total \d`} {
 		if !regexp.MustCompile(re).MatchString(body) {
 			t.Errorf("metrics lack %s", re)
 		}
