@@ -350,7 +350,8 @@
 //     timeout passed (the server's: 1 s), leaving out the nodes that did
 //     not answer; an answer for no waiting ask, or from a node not asked,
 //     is dropped. The types are 40 and 41, apart from the protocol's
-//     others: an older node ignores them (and is left out).//
+//     others: an older node ignores them (and is left out).
+//
 // Jobs.mu is a leaf: it is never held across a broker call, a Send or a
 // wait. The broker never calls Jobs under its own locks, and Jobs calls the
 // broker only from Replicate's caller, the links' handlers and the
