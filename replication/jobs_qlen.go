@@ -21,9 +21,9 @@ import (
 // without it.
 //
 // A QUEUELEN is answered on the asker's link goroutine from the store's
-// counter (queue.Broker.QueueLen: no Broker.mu, no disk read), one small
-// message per request, so a peer that floods requests costs one answer
-// each on its own link's bounded queue. An answer is taken only for an
+// counter (queue.Broker.QueueLen: a map read under Store.mu, no Broker.mu,
+// no disk read), one small message per request, so a peer that floods
+// requests costs one answer each on its own link's bounded queue. An answer is taken only for an
 // ask still waiting and from a node it asked, once; any other is
 // dropped, so a late answer (after the timeout, or for an ask another
 // process made before a restart: ids start at random) changes nothing.
@@ -48,8 +48,9 @@ type qlenAsk struct {
 	done    chan struct{} // closed once waiting is empty
 }
 
-// maxQueueLenAnswer bounds a decoded length (no queue holds 2^48 jobs).
-const maxQueueLenAnswer = 1 << 48
+// maxQueueLenAnswer bounds a decoded length: no queue holds 2^40 jobs, and
+// the sum over 65,536 nodes then stays far from overflowing an int64.
+const maxQueueLenAnswer = 1 << 40
 
 // PeersQueueLen asks every other reachable node with its link up for the
 // length of queue there and returns their sum once all answered or
@@ -153,7 +154,7 @@ func (j *Jobs) handleQueueLenAnswer(from string, p []byte) error {
 }
 
 // QUEUELEN's payload: version, request id (uvarint), queue name.
-// QUEUELENANSWER's: version, request id, length (uvarint, < 2^48).
+// QUEUELENANSWER's: version, request id, length (uvarint, at most 2^40).
 
 func encodeQueueLen(id uint64, name string) []byte {
 	b := make([]byte, 0, 2+binary.MaxVarintLen64+len(name))
