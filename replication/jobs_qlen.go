@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"time"
+
+	"github.com/diskque/diskque/storage"
 )
 
 // GLOBALQLEN (a command Disque gained after 1.0, from a contributor's
@@ -57,6 +59,11 @@ const maxQueueLenAnswer = 1 << 40
 // timeout passed (see above). This node's own length is not included.
 // It blocks for at most timeout; call it with no lock held.
 func (j *Jobs) PeersQueueLen(name string, timeout time.Duration) QueueLenResult {
+	if name == "" || len(name) > storage.MaxQueueNameLen {
+		// No node has such a queue (and every node would drop the
+		// QUEUELEN as malformed): nothing to ask.
+		return QueueLenResult{}
+	}
 	nodes := j.queueLenNodes()
 	if len(nodes) == 0 {
 		return QueueLenResult{}

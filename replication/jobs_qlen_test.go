@@ -1,10 +1,12 @@
 package replication
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/diskque/diskque/queue"
+	"github.com/diskque/diskque/storage"
 )
 
 // addQueued adds n REPLICATE 1 jobs to queue q on nd (queued there).
@@ -42,6 +44,16 @@ func TestPeersQueueLenSumsTheOtherNodes(t *testing.T) {
 	c.setDown(c.nodes[1].id, true)
 	if got := c.nodes[0].jobs.PeersQueueLen("q", 5*time.Second); got != (QueueLenResult{Sum: 4, Asked: 2, Answered: 2}) {
 		t.Fatalf("with node 1 down: %+v, want 4 from 2 nodes", got)
+	}
+	// A name no queue can have asks nobody (each node would drop it as
+	// malformed) and is 0.
+	if got := c.nodes[0].jobs.PeersQueueLen(strings.Repeat("x", storage.MaxQueueNameLen+1), 5*time.Second); got != (QueueLenResult{}) {
+		t.Fatalf("PeersQueueLen of a too long name = %+v, want nothing asked", got)
+	}
+	for _, nd := range c.nodes {
+		if s := nd.jobs.Stats(); s.BadPayloads != 0 {
+			t.Fatalf("node %s dropped %d malformed messages", nd.id[:8], s.BadPayloads)
+		}
 	}
 	if s := c.nodes[0].jobs.qlenPending(); s != 0 {
 		t.Fatalf("%d asks left pending", s)
