@@ -22,7 +22,10 @@ import (
 // it after its RETRY, which at-least-once allows.
 
 // External says why an ADDJOB keeps no copy on this node; the server sets
-// it (AddRequest.External) from what it measures.
+// it (AddRequest.External) from what it measures and from QUEUE-RANDOMLY.
+// The values are ordered: of the option and a measured pressure the server
+// keeps the larger, so a NOREPL names the pressure. In memory only (never
+// stored or sent), so they may be renumbered.
 type External uint8
 
 const (
