@@ -150,6 +150,14 @@ func (loneNode) NeedJobs([]NeedJobsRequest)                   {}
 // min(3, nodes known, this one included).
 func (b *Broker) DefaultReplicate() int { return min(3, max(b.cluster.KnownNodes(), 1)) }
 
+// DefaultReplicateElsewhere is the REPLICATE of an ADDJOB … QUEUE-RANDOMLY
+// that gave none: min(3, the other nodes known), at least 1. Such a job
+// keeps no copy here (ExternalQueueRandomly), so the default counts the
+// nodes that can hold one: a 3-node cluster's default is 2, not a NOREPL.
+func (b *Broker) DefaultReplicateElsewhere() int {
+	return max(min(3, b.cluster.KnownNodes()-1), 1)
+}
+
 // Clustered reports whether other nodes are known: ACKJOB then keeps an
 // acked job until its copies are collected, and an ack of an unknown job
 // leaves a dummy ack.

@@ -131,6 +131,15 @@
 // may leave copies on the nodes reached, which requeue after RETRY: never
 // an acknowledged job lost, at worst an unacknowledged one delivered.
 //
+// ADDJOB … QUEUE-RANDOMLY (ExternalQueueRandomly, set by the server from
+// the option) takes the same path on purpose: the job is to be queued on
+// another node that holds a copy, so none is kept here and ENQUEUE goes to
+// one of the REPLICATE other nodes at random; it is required (too few
+// peers: a *NoReplError saying QUEUE-RANDOMLY), except on a node alone
+// (KnownNodes 1), which queues it itself. A pressure the server measured
+// (leaving, memory, disk) outranks it. Its default REPLICATE is
+// DefaultReplicateElsewhere, min(3, other nodes known).
+//
 // Memory pressure (external_memory.go): SweepIdleQueues forgets empty
 // idle queues at once (the server calls it over maxmemory, with a 2 s
 // idle time instead of the minute of the timers' sweep); RegisteredQueues

@@ -22,7 +22,10 @@ import (
 // it after its RETRY, which at-least-once allows.
 
 // External says why an ADDJOB keeps no copy on this node; the server sets
-// it (AddRequest.External) from what it measures.
+// it (AddRequest.External) from what it measures and from QUEUE-RANDOMLY.
+// The values are ordered: of the option and a measured pressure the server
+// keeps the larger, so a NOREPL names the pressure. In memory only (never
+// stored or sent), so they may be renumbered.
 type External uint8
 
 const (
@@ -33,6 +36,13 @@ const (
 	// exhausted: replicate externally when Replicate other nodes are
 	// reachable, else keep a copy here as usual.
 	ExternalPreferred
+	// ExternalQueueRandomly: ADDJOB … QUEUE-RANDOMLY (a Disque option from
+	// after 1.0): the job is to be queued on another node, chosen at
+	// random among those that hold a copy, so none is kept here: it is
+	// replicated externally, or fails (a *NoReplError) when Replicate
+	// other nodes are not reachable. On a node alone (no other node
+	// known) it is queued here as usual, the only node there is.
+	ExternalQueueRandomly
 	// ExternalLeaving: this node is leaving the cluster: replicate
 	// externally, or fail (a *NoReplError).
 	ExternalLeaving
@@ -43,10 +53,12 @@ const (
 )
 
 // Required reports whether the job must not be kept here at all.
-func (e External) Required() bool { return e >= ExternalLeaving }
+func (e External) Required() bool { return e >= ExternalQueueRandomly }
 
 func (e External) reason() string {
 	switch e {
+	case ExternalQueueRandomly:
+		return "QUEUE-RANDOMLY keeps every copy on other nodes"
 	case ExternalLeaving:
 		return "I'm leaving the cluster"
 	case ExternalOutOfDisk:
@@ -106,6 +118,9 @@ func (b *Broker) addMixed(reqs []AddRequest) []AddResult {
 	for i, r := range reqs {
 		if r.Replicate == 0 {
 			r.Replicate = min(3, known)
+		}
+		if r.External == ExternalQueueRandomly && known == 1 {
+			r.External = ExternalNo // alone: this node is the only one to queue it
 		}
 		external := r.External != ExternalNo && canExt && r.Replicate <= reachable && !(r.Retry == 0 && r.Delay > 0)
 		switch {

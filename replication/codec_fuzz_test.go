@@ -28,6 +28,8 @@ func FuzzDecodePayloads(f *testing.F) {
 	moved := *job
 	moved.Nacks, moved.AdditionalDeliveries = 2, 3
 	f.Add(encodeYourJobs([]queue.Replica{{Job: &moved, Body: []byte("body")}}))
+	f.Add(encodeQueueLen(7, "q"))
+	f.Add(encodeQueueLenAnswer(7, 42))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		if noReply, jobs, err := decodeReplJobs(p); err == nil {
 			enc := encodeReplJobs(noReply, jobs)
@@ -64,6 +66,16 @@ func FuzzDecodePayloads(f *testing.F) {
 		if name, count, err := decodeNeedJobs(p); err == nil {
 			if n2, c2, err := decodeNeedJobs(encodeNeedJobs(name, count)); err != nil || n2 != name || c2 != count || count < 1 {
 				t.Fatalf("NEEDJOBS round trip: %x: %v", p, err)
+			}
+		}
+		if id, name, err := decodeQueueLen(p); err == nil {
+			if id2, n2, err := decodeQueueLen(encodeQueueLen(id, name)); err != nil || id2 != id || n2 != name {
+				t.Fatalf("QUEUELEN round trip: %x: %v", p, err)
+			}
+		}
+		if id, n, err := decodeQueueLenAnswer(p); err == nil {
+			if id2, n2, err := decodeQueueLenAnswer(encodeQueueLenAnswer(id, n)); err != nil || id2 != id || n2 != n || n < 0 {
+				t.Fatalf("QUEUELENANSWER round trip: %x: %v", p, err)
 			}
 		}
 		if jobs, err := decodeYourJobs(p); err == nil {

@@ -342,6 +342,15 @@
 //     returns. A lost YOURJOBS leaves the giver's at-least-once copies to
 //     requeue after their RETRY; an at-most-once job is then lost, never
 //     delivered twice.
+//   - GLOBALQLEN (jobs_qlen.go, PeersQueueLen): QUEUELEN (a request id
+//     and a queue name) to every other node that is reachable, leaving
+//     ones included, with its link up; each answers QUEUELENANSWER (the
+//     id and its QLEN, from the store's counter, on the link's
+//     goroutine). The asker sums the answers until all came or the
+//     timeout passed (the server's: 1 s), leaving out the nodes that did
+//     not answer; an answer for no waiting ask, or from a node not asked,
+//     is dropped. The types are 40 and 41, apart from the protocol's
+//     others: an older node ignores them (and is left out).
 //
 // Jobs.mu is a leaf: it is never held across a broker call, a Send or a
 // wait. The broker never calls Jobs under its own locks, and Jobs calls the

@@ -100,6 +100,8 @@ type Jobs struct {
 
 	// givers: the NEEDJOBS being answered, per asker (jobs_federation.go).
 	givers givers
+	// qlens: the GLOBALQLEN asks waiting for answers (jobs_qlen.go).
+	qlens qlenTable
 
 	stop chan struct{}
 	done chan struct{}

@@ -66,6 +66,10 @@ func (j *Jobs) Handle(from string, m Message) {
 		err = j.handleNeedJobs(from, m.Payload)
 	case MsgYourJobs:
 		err = j.handleYourJobs(from, m.Payload)
+	case MsgQueueLen:
+		err = j.handleQueueLen(from, m.Payload)
+	case MsgQueueLenAnswer:
+		err = j.handleQueueLenAnswer(from, m.Payload)
 	}
 	if err != nil {
 		j.count(func(s *JobsStats) { s.BadPayloads++ })

@@ -29,9 +29,10 @@ func init() {
 // allocation per job.
 //
 // defaultReplicate gives REPLICATE when the command gives none: min(3, the
-// nodes known, this one included), so 1 on a lone node (Disque); it is
-// asked only then.
-func parseAddJob(args [][]byte, prevQueue string, defaultReplicate func() int) (queue.AddRequest, string) {
+// nodes known, this one included), so 1 on a lone node (Disque), or with
+// elsewhere (QUEUE-RANDOMLY: no copy here) min(3, the other nodes known);
+// it is asked only then.
+func parseAddJob(args [][]byte, prevQueue string, defaultReplicate func(elsewhere bool) int) (queue.AddRequest, string) {
 	r := queue.AddRequest{Queue: prevQueue, Body: args[2], TTL: 86400}
 	if string(args[1]) != prevQueue {
 		r.Queue = string(args[1])
@@ -46,6 +47,10 @@ func parseAddJob(args [][]byte, prevQueue string, defaultReplicate func() int) (
 		opt := strings.ToLower(string(args[i]))
 		if opt == "async" {
 			r.Async = true
+			continue
+		}
+		if opt == "queue-randomly" {
+			r.External = queue.ExternalQueueRandomly
 			continue
 		}
 		if i+1 >= len(args) {
@@ -95,7 +100,7 @@ func parseAddJob(args [][]byte, prevQueue string, defaultReplicate func() int) (
 	r.Retry = retry
 	r.Replicate = int(replicate)
 	if replicate == 0 {
-		r.Replicate = max(defaultReplicate(), 1)
+		r.Replicate = max(defaultReplicate(r.External == queue.ExternalQueueRandomly), 1)
 	}
 	if r.Retry == 0 && r.Replicate > 1 {
 		return r, errRetryRepl
@@ -126,12 +131,20 @@ func cmdAddJob(s *Server, c *call) {
 	idx := make([]int, 0, len(argsList))
 	// Asked of the cluster once per batch, and only for an ADDJOB without
 	// REPLICATE (it reads the membership).
-	defaultRepl := 0
-	defaultReplicate := func() int {
-		if defaultRepl == 0 {
-			defaultRepl = c.broker.DefaultReplicate()
+	var defaultRepl [2]int // [0] as usual, [1] for QUEUE-RANDOMLY
+	defaultReplicate := func(elsewhere bool) int {
+		k := 0
+		if elsewhere {
+			k = 1
 		}
-		return defaultRepl
+		if defaultRepl[k] == 0 {
+			if elsewhere {
+				defaultRepl[k] = c.broker.DefaultReplicateElsewhere()
+			} else {
+				defaultRepl[k] = c.broker.DefaultReplicate()
+			}
+		}
+		return defaultRepl[k]
 	}
 	for i, args := range argsList {
 		if len(args) < 4 {
@@ -147,7 +160,9 @@ func cmdAddJob(s *Server, c *call) {
 			replies[i] = errReply
 			continue
 		}
-		r.External = c.external
+		// What the server measured (leaving, memory, disk) outranks
+		// QUEUE-RANDOMLY: both keep no copy here, and its NOREPL says why.
+		r.External = max(r.External, c.external)
 		reqs = append(reqs, r)
 		idx = append(idx, i)
 	}

@@ -8,7 +8,10 @@
 // Commands are dispatched through one table (mux.go), one handler per
 // command, files by family: cmd_job.go (ADDJOB, GETJOB, ACKJOB, …),
 // cmd_queue.go (QLEN, QPEEK, PAUSE), cmd_admin.go (PING, INFO, DEBUG, …),
-// cmd_cluster.go (CLUSTER, HELLO, INFO's Cluster section). Errors from the
+// cmd_cluster.go (CLUSTER, HELLO, INFO's Cluster section), cmd_globalqlen.go
+// (GLOBALQLEN: QLEN here plus the other nodes' answers, through the
+// Cluster's optional QueueLenAsker, waited for at most
+// GlobalQueueLenTimeout with no lock held). Errors from the
 // broker become RESP errors in one place, errors.go.
 //
 // Cluster (cmd_cluster.go): the server keeps no cluster state. The daemon

@@ -178,6 +178,15 @@ func (c clusterControl) NodesConfirmed(id string) []string {
 	return nil
 }
 
+// PeersQueueLen implements server.QueueLenAsker (GLOBALQLEN), through the
+// current broker's job protocol; none asked while there is none.
+func (c clusterControl) PeersQueueLen(queue string, timeout time.Duration) replication.QueueLenResult {
+	if j := c.bus.jobs.Load(); j != nil {
+		return j.PeersQueueLen(queue, timeout)
+	}
+	return replication.QueueLenResult{}
+}
+
 // JobsFigures implements server.JobsFigurer (the Prometheus endpoint's
 // pending REPLJOBs and SETACKs and round trips).
 func (c clusterControl) JobsFigures() (server.JobsFigures, bool) {
