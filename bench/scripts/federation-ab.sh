@@ -7,6 +7,9 @@
 #       A (giver.prof) and B (asker.prof) in OUT (default .).
 # MODE is the appendfsync policy (everysec|always). QBENCH overrides the client (default: built from
 # ../shared/peers/qbench). N sets the job count (default 20000).
+# LOCAL=R adds the jobs on B itself with REPLICATE R instead (no federation: the ceiling of consuming on B jobs
+# that R nodes hold; LOCAL=2 is the two-copy case every federated job is).
+# CPU=1 also prints, on stderr, each run's CPU time per consumed job (user+system from /proc, µs) of A, B and C.
 set -u
 . "$(dirname "$0")/cluster-lib.sh"
 cmd=$1; shift
@@ -25,13 +28,25 @@ run() {
   done
   wait_loaded "${P[@]}"
   meet3 "${P[@]}" || echo "cluster did not form" >&2
-  "$QBENCH" -addr 127.0.0.1:${P[0]} -mode add -n $n -conns 4 -pipeline 64 -extra "REPLICATE 1" >/dev/null
+  if [ -n "${LOCAL:-}" ]; then
+    "$QBENCH" -addr 127.0.0.1:${P[1]} -mode add -n $n -conns 4 -pipeline 64 -extra "REPLICATE $LOCAL" >/dev/null
+  else
+    "$QBENCH" -addr 127.0.0.1:${P[0]} -mode add -n $n -conns 4 -pipeline 64 -extra "REPLICATE 1" >/dev/null
+  fi
+  cpu() { local t=0; for p in "${pids[@]}"; do t="$t $(awk '{print $14+$15}' /proc/$p/stat)"; done; echo $t; }
+  local before; before=$(cpu)
   if [ "$secs" != 0 ]; then
     (sleep 0.3; curl -s -o "$out/giver.prof" "http://127.0.0.1:$((b+100))/debug/pprof/${PROF:-profile}?seconds=$secs") & c1=$!
     (sleep 0.3; curl -s -o "$out/asker.prof" "http://127.0.0.1:$((b+101))/debug/pprof/${PROF:-profile}?seconds=$secs") & c2=$!
   fi
   "$QBENCH" -addr 127.0.0.1:${P[1]} -mode getack -count 100 -conns 1 -timeout 2000 -n $n | sed -n 's/.*rate=\([0-9]*\) jobs.*/\1/p'
   [ -n "${INFO:-}" ] && redis-cli -p ${P[1]} info cluster >&2
+  if [ -n "${CPU:-}" ]; then
+    # what the collection still does after the last reply counts too: wait until B has no job left
+    local k; for k in $(seq 100); do [ "$(redis-cli -p ${P[1]} info jobs | sed -n 's/^registered_jobs:\([0-9]*\).*/\1/p')" = 0 ] && break; sleep 0.05; done
+    echo "$before $(cpu)" | awk -v n=$n -v hz=$(getconf CLK_TCK) -v bin="$bin" \
+      '{printf "cpu us/job %s: A %.1f B %.1f C %.1f\n", bin, ($6-$2)*1e6/hz/n, ($7-$3)*1e6/hz/n, ($8-$4)*1e6/hz/n}' >&2
+  fi
   [ -n "$c1" ] && wait $c1 $c2
   return 0
 }
