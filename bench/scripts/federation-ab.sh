@@ -1,7 +1,7 @@
 #!/bin/bash
 # The federation drain (20k jobs added on node A with REPLICATE 1, consumed from node B by one client looping
 # GETJOB TIMEOUT 2000 COUNT 100 + ACKJOB) on 3 local nodes, for old/new comparisons of diskque builds in one session.
-#   federation-ab.sh ab OLD NEW MODE REPS     REPS runs of each build, alternating; the medians and their ratio (new/old)
+#   federation-ab.sh ab OLD NEW MODE REPS     REPS runs of each build, alternating (ABBA); the medians and their ratio (new/old)
 #   federation-ab.sh run BIN MODE [PROFILE_SECONDS]
 #       one run; with PROFILE_SECONDS, 0.3 s into the drain it saves CPU profiles (PROF=trace: execution traces) of
 #       A (giver.prof) and B (asker.prof) in OUT (default .).
@@ -55,7 +55,11 @@ case $cmd in
 run) run "$@" ;;
 ab)
   old=$1 new=$2 mode=$3 reps=$4; a=(); b=()
-  for r in $(seq $reps); do a+=($(run "$old" $mode)); b+=($(run "$new" $mode)); done
+  # The order alternates (old-new, new-old, …): the second run of a pair did worse often enough to bias a ratio.
+  for r in $(seq $reps); do
+    if [ $((r % 2)) = 1 ]; then a+=($(run "$old" $mode)); b+=($(run "$new" $mode))
+    else b+=($(run "$new" $mode)); a+=($(run "$old" $mode)); fi
+  done
   ma=$(printf '%s\n' "${a[@]}" | median); mb=$(printf '%s\n' "${b[@]}" | median)
   printf 'federation drain %s: old %s new %s ratio %.2f   [old: %s | new: %s]\n' $mode "$ma" "$mb" \
     "$(echo "$ma $mb" | awk '{print ($1>0)?$2/$1:0}')" "${a[*]}" "${b[*]}" ;;
