@@ -154,7 +154,12 @@
 // copy, active and not queued; ReplicaApply is the same with the wait for
 // durability left to the caller), RemoteSetAck (SETACK: an unknown id
 // leaves a dummy ack; RemoteSetAckKnown, for a dummy ack's search, leaves
-// nothing) and RemoteDelJob (DELJOB) (remote.go).
+// nothing) and RemoteDelJob (DELJOB) (remote.go); RemoteCollect applies
+// the SETACKs and DELJOBs of one link read as one batch, in order, the
+// durability left to the caller (an ack a later DELJOB of the batch
+// deletes is not written), and DeleteCollected deletes jobs whose
+// collection ended without waiting: their ack here is durable already
+// (remote_collect.go).
 //
 // About one queued copy (remote_queueing.go). Every holder of a job runs
 // its own requeue timer (RETRY ± 500 ms). While other nodes are known

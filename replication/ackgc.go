@@ -274,7 +274,9 @@ func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
 	j.mu.Unlock()
 	j.sendDelJobs(dels)
 	if ids := append(done, dropDummy...); len(ids) > 0 {
-		if _, err := j.broker.DelJob(ids); err != nil {
+		// Not waited for: acked here durably, so a delete a crash forgets
+		// leaves a job whose collection resumes, never one queued again.
+		if _, err := j.broker.DeleteCollected(ids); err != nil {
 			j.log.Warn("replication: deleting collected jobs", "jobs", len(ids), "err", err)
 		}
 	}

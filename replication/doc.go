@@ -297,6 +297,19 @@
 //     acked job held; a round sends each target its ids in messages of
 //     at most 4096, SETACK and DELJOB alike. A target no
 //     longer known (forgotten) counts as confirmed at the next round.
+//     What one link read brings is handled together (ackgc_batch.go):
+//     its SETACKs and DELJOBs, in their order, as one store batch
+//     (queue.Broker.RemoteCollect), with one durability wait before the
+//     one GOTACK that answers all its SETACKs; an ack whose job a DELJOB
+//     of the same read deletes is not written (the delete, durable
+//     before the GOTACK, promises the same). Its GOTACKs are one: the
+//     jobs they finish go in one DELJOB per holder and one delete here.
+//     No delete of the collection is waited for, the collector's
+//     (Broker.DeleteCollected) or a DELJOB's: each follows an ack durable
+//     on that node (a crash that forgets the delete leaves an acked job,
+//     whose collection resumes, never one queued again), or it is
+//     FASTACK's or a timed-out replication's DELJOB, which can be lost on
+//     the way as well.
 //     Start resumes the collection of every acked job on disk, and
 //     deletes the jobs a restart left in wait-repl (their ADDJOB was never
 //     answered), each leaving a dummy ack collected from every node (an

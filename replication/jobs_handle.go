@@ -25,21 +25,9 @@ func (j *Jobs) Handle(from string, m Message) {
 		if ids, err = decodeIDs(m.Payload); err == nil {
 			j.gotJobs(from, ids)
 		}
-	case MsgSetAck:
-		ids, mayhave, e := decodeSetAcks(m.Payload)
-		if err = e; err == nil {
-			j.setAcks(from, ids, mayhave)
-		}
-	case MsgGotAck:
-		ids, known, e := decodeGotAcks(m.Payload)
-		if err = e; err == nil {
-			j.gotAcks(from, ids, known)
-		}
-	case MsgDelJob:
-		var ids []string
-		if ids, err = decodeIDs(m.Payload); err == nil {
-			j.delJobs(ids)
-		}
+	case MsgSetAck, MsgGotAck, MsgDelJob:
+		j.handleCollectRun(from, []Message{m}) // ackgc_batch.go
+		return
 	case MsgWillQueue:
 		var ids []string
 		if ids, err = decodeIDs(m.Payload); err == nil {
@@ -81,9 +69,15 @@ func (j *Jobs) Handle(from string, m Message) {
 // one sender its link read together, handled in order as Handle would
 // one by one — but a run of consecutive REPLJOBs is applied as one
 // (handleReplJobs): one store commit for all their copies, and one
-// GOTJOB for those of them that want an answer.
+// GOTJOB for those of them that want an answer; so is a run of SETACKs
+// and DELJOBs, and one of GOTACKs (handleCollectRun, ackgc_batch.go).
 func (j *Jobs) HandleBatch(from string, ms []Message) {
 	for i := 0; i < len(ms); {
+		if k := collectRunEnd(ms, i); k > i {
+			j.handleCollectRun(from, ms[i:k])
+			i = k
+			continue
+		}
 		k := i + 1
 		for ms[i].Type == MsgReplJob && k < len(ms) && ms[k].Type == MsgReplJob {
 			k++
@@ -269,16 +263,17 @@ func (j *Jobs) gotJobs(from string, ids []string) {
 	}
 }
 
-// setAcks acks the jobs here (a queued one leaves its queue; an unknown
-// one leaves a dummy ack) and answers GOTACK, once durable — as Disque
-// does, but for a job this node knows more holders of than the sender
-// (mayhave): it collects that job itself (Acked), and answers GOTACK only
-// if the sender has a dummy ack (mayhave 0), which may then go. Answered,
-// a sender that knows fewer holders would delete the job everywhere it
-// knows and leave the others' copies to be requeued. Every other copy
-// acked here, and every dummy ack the SETACK left, gets a collection of
-// its own whose first round waits (heldAcked): if the sender's DELJOB
-// never comes, this node collects the job itself.
+// answerSetAcks is the rest of a SETACK once its acks are applied here
+// and durable (res: RemoteCollect's outcome for each of ids; a queued job
+// left its queue, an unknown one left a dummy ack): it answers GOTACK, as
+// Disque does — but for a job this node knows more holders of than the
+// sender (mayhave): it collects that job itself (Acked), and answers
+// GOTACK only if the sender has a dummy ack (mayhave 0), which may then
+// go. Answered, a sender that knows fewer holders would delete the job
+// everywhere it knows and leave the others' copies to be requeued. Every
+// other copy acked here, and every dummy ack the SETACK left, gets a
+// collection of its own whose first round waits (heldAcked): if the
+// sender's DELJOB never comes, this node collects the job itself.
 //
 // A SETACK with mayhave 0 is a search: the sender holds a dummy ack (an
 // ACKJOB of an id it never had) and asks every node. A job unknown here
@@ -288,27 +283,24 @@ func (j *Jobs) gotJobs(from string, ids []string) {
 // (A search held up on a link to a restarting peer arrived after the
 // copies were collected and left acked "copies" on their holders: Disque
 // suite 05-acks, "acknowledge jobs to nodes not knowing it".)
-func (j *Jobs) setAcks(from string, ids []string, mayhave []int) {
-	known, err := j.remoteSetAcks(ids, mayhave)
-	if err != nil {
-		j.log.Warn("replication: SETACK", "from", from, "err", err)
-		return // no GOTACK: the sender tries again
-	}
-	var answer []string
-	var answerKnown []bool
+//
+// It returns the GOTACK's ids and known flags: the caller sends them, with
+// those of the other SETACKs of the run, in one message.
+func (j *Jobs) answerSetAcks(from string, ids []string, mayhave []int, res []queue.Collected) (answer []string, answerKnown []bool) {
 	var collect, held []*storage.Job
 	var dummies []string
 	for i, id := range ids {
-		job, err := j.broker.Store().Job(id)
+		job, known := res[i].Job, res[i].Known
 		switch {
-		case err != nil:
-			// At-most-once and not here: nothing was left to collect.
-		case known[i] && len(job.Nodes) > mayhave[i]:
+		case job == nil:
+			// Not here (a search's unknown id, an at-most-once one), or
+			// deleted by a DELJOB read with this SETACK: nothing to collect.
+		case known && len(job.Nodes) > mayhave[i]:
 			collect = append(collect, job)
 			if mayhave[i] != 0 {
 				continue
 			}
-		case known[i]:
+		case known:
 			held = append(held, job)
 		case job.IsDummyAck() && mayhave[i] != 0:
 			// A holder's SETACK left (or found) a dummy ack here. A
@@ -316,66 +308,30 @@ func (j *Jobs) setAcks(from string, ids []string, mayhave []int) {
 			// it reaches are collected by the SETACK that left them.
 			dummies = append(dummies, id)
 		}
-		answer, answerKnown = append(answer, id), append(answerKnown, known[i])
+		answer, answerKnown = append(answer, id), append(answerKnown, known)
 	}
 	// Recorded before the GOTACK goes, so the DELJOB it brings finds
 	// the collections and ends them.
 	j.heldAcked(from, held, dummies, j.cfg.Now())
-	if len(answer) > 0 {
-		j.send(from, MsgGotAck, encodeGotAcks(answer, answerKnown))
-	}
 	if len(collect) > 0 {
 		j.Acked(collect)
 	}
+	return answer, answerKnown
 }
 
-// remoteSetAcks acks ids here, the searches (mayhave 0) with
-// RemoteSetAckKnown, which leaves nothing for an id unknown here, the
-// others with RemoteSetAck; known is in the order of ids.
-func (j *Jobs) remoteSetAcks(ids []string, mayhave []int) ([]bool, error) {
-	var search, other []int
-	for i := range ids {
-		if mayhave[i] == 0 {
-			search = append(search, i)
-		} else {
-			other = append(other, i)
-		}
-	}
-	known := make([]bool, len(ids))
-	for _, part := range []struct {
-		at  []int
-		ack func([]string) ([]bool, error)
-	}{{search, j.broker.RemoteSetAckKnown}, {other, j.broker.RemoteSetAck}} {
-		if len(part.at) == 0 {
-			continue
-		}
-		sub := make([]string, len(part.at))
-		for k, i := range part.at {
-			sub[k] = ids[i]
-		}
-		got, err := part.ack(sub)
-		if err != nil {
-			return nil, err
-		}
-		for k, i := range part.at {
-			known[i] = got[k]
-		}
-	}
-	return known, nil
-}
-
-// delJobs deletes the copies (DELJOB) and forgets their collection. A
-// collection here that has sent nothing yet (a holder's, waiting for its
-// first round: the common case, the collector's DELJOB came in time) just
-// ends: no SETACK from here left anything anywhere. One that has sent a
-// SETACK round (two nodes collect at once: the DELJOB was late, or an
-// ACKJOB on a node that never had the job) ends as if it had finished:
-// DELJOB to its other targets, whose SETACK from here may have left a
-// dummy ack on a node that had deleted the job already — the dummy's own
-// collection would clear it too, but only after its retry period and
-// with a SETACK to every node. A dummy ack's SETACK (mayhave 0) leaves
-// nothing, so a dummy's collection ends with no message either.
-func (j *Jobs) delJobs(ids []string) {
+// endCollections is the rest of a DELJOB once its copies are deleted
+// here: it forgets their collection. A collection here that has sent
+// nothing yet (a holder's, waiting for its first round: the common case,
+// the collector's DELJOB came in time) just ends: no SETACK from here left
+// anything anywhere. One that has sent a SETACK round (two nodes collect
+// at once: the DELJOB was late, or an ACKJOB on a node that never had the
+// job) ends as if it had finished: DELJOB to its other targets, whose
+// SETACK from here may have left a dummy ack on a node that had deleted
+// the job already — the dummy's own collection would clear it too, but
+// only after its retry period and with a SETACK to every node. A dummy
+// ack's SETACK (mayhave 0) leaves nothing, so a dummy's collection ends
+// with no message either.
+func (j *Jobs) endCollections(ids []string) {
 	dels := map[string][]string{}
 	j.mu.Lock()
 	for _, id := range ids {
@@ -389,8 +345,5 @@ func (j *Jobs) delJobs(ids []string) {
 		j.acks.drop(id)
 	}
 	j.mu.Unlock()
-	if _, err := j.broker.RemoteDelJob(ids); err != nil {
-		j.log.Warn("replication: DELJOB", "jobs", len(ids), "err", err)
-	}
 	j.sendDelJobs(dels)
 }

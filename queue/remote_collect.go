@@ -1,0 +1,172 @@
+package queue
+
+import (
+	"errors"
+
+	"github.com/diskque/diskque/storage"
+)
+
+// The store side of the ack collection's incoming messages, batched: the
+// SETACKs and DELJOBs one link read brought are applied as one store
+// batch (RemoteCollect), and the collector's own deletes of collected
+// jobs do not wait for their durability (DeleteCollected).
+
+// CollectOp is one change of RemoteCollect: a SETACK's ack of ID, or, with
+// Delete, a DELJOB's delete.
+type CollectOp struct {
+	ID     string
+	Delete bool
+	// Search: the SETACK is a dummy ack's search (mayhave 0), so an id
+	// unknown here leaves nothing (RemoteSetAckKnown), not a dummy ack.
+	Search bool
+}
+
+// Collected is the outcome of one SETACK op of RemoteCollect.
+type Collected struct {
+	// Known: the job was here and is not a dummy ack (GOTACK's "known").
+	Known bool
+	// Job is the job here once acked (nil: none here, a search's unknown
+	// id or an at-most-once one): its Nodes and IsDummyAck tell the
+	// caller who else to collect from.
+	Job *storage.Job
+}
+
+// RemoteCollect applies ops in their order as one store batch: each SETACK
+// as RemoteSetAck (RemoteSetAckKnown when Search) and each DELJOB as
+// RemoteDelJob would, one after the other — but that an ack whose job a
+// later op deletes is not written: the delete is, and it is what durable
+// waits for, so a GOTACK sent after durable returns promises the same
+// (this node never queues the job again) with one record instead of two.
+// res[i] is op i's outcome (zero for deletes). durable waits for the
+// batch's durability: a GOTACK for the acks goes only after it returned
+// nil; deletes alone need not wait (a DELJOB's delete follows an ack
+// already durable, or is as good as a lost message if a crash forgets it).
+func (b *Broker) RemoteCollect(ops []CollectOp) (res []Collected, durable func() error, err error) {
+	res = make([]Collected, len(ops))
+	durable = func() error { return nil }
+	if len(ops) == 0 {
+		return res, durable, nil
+	}
+	// nextDel[i]: the index of the first delete of op i's id after it
+	// (0: none).
+	nextDel := make([]int, len(ops))
+	last := map[string]int{}
+	for i := len(ops) - 1; i >= 0; i-- {
+		nextDel[i] = last[ops[i].ID]
+		if ops[i].Delete {
+			last[ops[i].ID] = i
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.checkOpenLocked(); err != nil {
+		return nil, durable, err
+	}
+	now := b.nowMillis()
+	// The acks are blind (no lookup first: a copy here is usually only
+	// in Pebble, and its read in the ack's resolve is the one the ack
+	// needs anyway); an id found nowhere leaves its dummy ack in a second
+	// batch of the same hold, after the others — the same as in its
+	// place, since no later op of the run deletes it.
+	batch := b.st.NewBatch()
+	var at []int                     // batch op → ops index
+	inBatch := make([]int, len(ops)) // ops index → batch op, -1: not written
+	for i, o := range ops {
+		switch {
+		case o.Delete:
+			batch.Delete(o.ID)
+		case nextDel[i] > 0:
+			// Deleted later in the run: the ack is not written, and
+			// the job is reported from the delete's result below.
+			inBatch[i] = -1
+			continue
+		default:
+			batch.Ack(o.ID)
+		}
+		inBatch[i] = len(at)
+		at = append(at, i)
+	}
+	results, pending := b.st.Apply(batch)
+	var unknown []int // ops indexes of acks of ids not here
+	for k, r := range results {
+		i := at[k]
+		o := ops[i]
+		if r.Err != nil {
+			switch {
+			case errUnusable(r.Err):
+				return nil, durable, wrapStore(r.Err)
+			case !o.Delete && errors.Is(r.Err, storage.ErrNotFound):
+				unknown = append(unknown, i)
+			}
+			continue // a delete of an id not here
+		}
+		b.syncTimersLocked(r.Old.ID, r.Job)
+		if r.Old.State == storage.StateQueued {
+			b.unqueuedLocked(r.Old)
+		}
+		if !o.Delete {
+			res[i] = Collected{Known: !r.Old.IsDummyAck(), Job: r.Job}
+		}
+	}
+	// The acks not written: their job as the delete found it, acked.
+	for i := range ops {
+		if inBatch[i] >= 0 {
+			continue
+		}
+		if old := results[inBatch[nextDel[i]]].Old; old != nil {
+			acked := *old
+			acked.State = storage.StateAcked
+			res[i] = Collected{Known: !old.IsDummyAck(), Job: &acked}
+		}
+	}
+	dummies := b.st.NewBatch()
+	var dummyAt []int // dummies' op → ops index
+	for _, i := range unknown {
+		if id := ops[i].ID; !ops[i].Search && storage.ValidJobID(id) && !storage.IDAtMostOnce(id) {
+			if err := dummies.AckUnknown(id, now+idTTLMillis(id)); err != nil {
+				return nil, durable, wrapStore(err)
+			}
+			dummyAt = append(dummyAt, i)
+		}
+	}
+	if dummies.Len() > 0 {
+		dres, dpending := b.st.Apply(dummies)
+		pending = pending.Join(dpending)
+		for k, r := range dres {
+			if r.Err != nil {
+				if errUnusable(r.Err) {
+					return nil, durable, wrapStore(r.Err)
+				}
+				continue // one id twice in the run: its dummy is added once
+			}
+			b.syncTimersLocked(r.Job.ID, r.Job)
+			res[dummyAt[k]].Job = r.Job
+		}
+	}
+	return res, func() error {
+		if err := pending.Wait(); err != nil {
+			return wrapStore(err)
+		}
+		return nil
+	}, nil
+}
+
+// DeleteCollected deletes acked jobs whose collection finished here (every
+// holder answered GOTACK), without waiting for the deletes' durability: the
+// ack is durable already, so a crash that forgets a delete leaves the acked
+// job, whose collection resumes at the restart (every holder answers "not
+// known" and it is deleted again); it is never queued. It returns how many
+// were deleted.
+func (b *Broker) DeleteCollected(ids []string) (int, error) {
+	b.mu.Lock()
+	n, _, err := b.idBatchLocked(ids, func(batch *storage.Batch, id string, _ int64) error {
+		batch.Delete(id)
+		return nil
+	}, func(old, _ *storage.Job, _ int64) {
+		if old.State == storage.StateQueued {
+			b.unqueuedLocked(old)
+		}
+	})
+	b.mu.Unlock()
+	return n, err
+}

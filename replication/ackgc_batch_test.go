@@ -1,0 +1,156 @@
+package replication
+
+import (
+	"testing"
+	"time"
+
+	"github.com/diskque/diskque/queue"
+	"github.com/diskque/diskque/storage"
+)
+
+// heldCopies stores n copies of jobs of origin on holder (REPLJOBs that
+// want no answer, handled as holder's link would) and returns their ids.
+func heldCopies(t *testing.T, origin, holder *jobsNode, n int) []string {
+	t.Helper()
+	var ids []string
+	var run []Message
+	for range n {
+		r := replJob{Job: &storage.Job{ID: storage.NewJobID(origin.id, 3600, 60), Queue: "q", Ctime: uint64(time.Now().UnixMicro()),
+			Etime: time.Now().UnixMilli() + 3_600_000, Retry: 60, Repl: 2, Nodes: []string{origin.id, holder.id}}, Body: []byte("b")}
+		ids = append(ids, r.Job.ID)
+		run = append(run, Message{Type: MsgReplJob, Payload: encodeReplJobs(true, []replJob{r})})
+	}
+	holder.jobs.HandleBatch(origin.id, run)
+	for _, id := range ids {
+		if got := holder.state(t, id); got != "active" {
+			t.Fatalf("copy %s: state %q, want active", id, got)
+		}
+	}
+	return ids
+}
+
+func aofGrowth(nd *jobsNode, f func()) int64 {
+	before := int64(nd.st.Stats().AOFEnd)
+	f()
+	return int64(nd.st.Stats().AOFEnd) - before
+}
+
+// TestSetAckThenDelJobInOneReadWritesOnlyTheDelete: a holder whose link
+// read a SETACK and then the DELJOB of the same job does not write the
+// ack: one DEL record, as for a DELJOB alone, and the GOTACK still goes,
+// "known", once the delete is durable.
+func TestSetAckThenDelJobInOneReadWritesOnlyTheDelete(t *testing.T) {
+	c := newTestCluster(t, 2, -1)
+	a, b := c.nodes[0], c.nodes[1]
+	ids := heldCopies(t, a, b, 2)
+	delOnly := aofGrowth(b, func() {
+		b.jobs.HandleBatch(a.id, []Message{{Type: MsgDelJob, Payload: encodeIDs(ids[:1])}})
+	})
+	gotAcks := a.jobs.Stats().GotAcksReceived
+	both := aofGrowth(b, func() {
+		b.jobs.HandleBatch(a.id, []Message{
+			{Type: MsgSetAck, Payload: encodeSetAcks(ids[1:], []int{2})},
+			{Type: MsgDelJob, Payload: encodeIDs(ids[1:])},
+		})
+	})
+	// A record's size varies by a byte or two (varints); an ACK record
+	// is about a DEL record's.
+	if delOnly <= 0 || both > delOnly+delOnly/2 {
+		t.Fatalf("SETACK + DELJOB of one job read together wrote %d bytes, a DELJOB alone %d: want one record (no ACK)", both, delOnly)
+	}
+	for _, id := range ids {
+		if got := b.state(t, id); got != "" {
+			t.Fatalf("copy %s: state %q after its DELJOB", id, got)
+		}
+	}
+	eventually(t, "the GOTACK", func() bool { return a.jobs.Stats().GotAcksReceived == gotAcks+1 })
+	if n := b.jobs.Stats().PendingAcks; n != 0 {
+		t.Fatalf("the holder keeps %d collections of a job deleted", n)
+	}
+}
+
+// TestSetAcksInOneReadAreAnsweredByOneGotAck: the SETACKs a link read
+// together are acked in one batch and answered by one GOTACK.
+func TestSetAcksInOneReadAreAnsweredByOneGotAck(t *testing.T) {
+	c := newTestCluster(t, 2, -1)
+	a, b := c.nodes[0], c.nodes[1]
+	ids := heldCopies(t, a, b, 3)
+	sent := b.tr.Stats().MessagesSent
+	b.jobs.HandleBatch(a.id, []Message{
+		{Type: MsgSetAck, Payload: encodeSetAcks(ids[:2], []int{2, 2})},
+		{Type: MsgSetAck, Payload: []byte{0xff}}, // malformed: costs only itself
+		{Type: MsgSetAck, Payload: encodeSetAcks(ids[2:], []int{2})},
+	})
+	for _, id := range ids {
+		if got := b.state(t, id); got != "acked" {
+			t.Fatalf("copy %s: state %q after SETACK, want acked", id, got)
+		}
+	}
+	eventually(t, "the GOTACKs", func() bool { return a.jobs.Stats().GotAcksReceived == 3 })
+	if n := b.tr.Stats().MessagesSent - sent; n != 1 {
+		t.Fatalf("three SETACKs read together were answered in %d messages, want one GOTACK", n)
+	}
+	if got := b.jobs.Stats().BadPayloads; got != 1 {
+		t.Fatalf("BadPayloads = %d, want 1", got)
+	}
+}
+
+// TestDelJobThenSetAckInOneReadLeavesADummyAck: order is kept within a
+// read: a SETACK after the DELJOB of its job leaves a dummy ack, as it
+// would read alone, so a late REPLJOB cannot bring the job back.
+func TestDelJobThenSetAckInOneReadLeavesADummyAck(t *testing.T) {
+	c := newTestCluster(t, 2, -1)
+	a, b := c.nodes[0], c.nodes[1]
+	ids := heldCopies(t, a, b, 1)
+	b.jobs.HandleBatch(a.id, []Message{
+		{Type: MsgDelJob, Payload: encodeIDs(ids)},
+		{Type: MsgSetAck, Payload: encodeSetAcks(ids, []int{2})},
+	})
+	if j, err := b.st.Job(ids[0]); err != nil || !j.IsDummyAck() {
+		t.Fatalf("after DELJOB then SETACK: %+v, %v; want a dummy ack", j, err)
+	}
+}
+
+// TestGotAcksInOneReadEndInOneDelJob: the GOTACKs a collector's link read
+// together finish their jobs at once: one DELJOB to the holder for all of
+// them, and every job deleted here.
+func TestGotAcksInOneReadEndInOneDelJob(t *testing.T) {
+	c := newTestCluster(t, 2, -1)
+	a, b := c.nodes[0], c.nodes[1]
+	// The holder's GOTACKs are lost, so the collections wait for the
+	// ones this test hands a's link.
+	c.mu.Lock()
+	c.lose = func(dst, _ string, m Message) bool { return dst == a.id && m.Type == MsgGotAck }
+	c.mu.Unlock()
+	var ids []string
+	for range 3 {
+		res := addJob(t, a, queue.AddRequest{Replicate: 2, Timeout: 5000})
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		ids = append(ids, res.ID)
+	}
+	if n, err := a.broker.Ack(ids); err != nil || n != 3 {
+		t.Fatalf("Ack: %d, %v", n, err)
+	}
+	for _, id := range ids {
+		eventually(t, "the SETACK on the holder", func() bool { return b.state(t, id) == "acked" })
+	}
+	dels := a.jobs.Stats().DelJobsSent
+	a.jobs.HandleBatch(b.id, []Message{
+		{Type: MsgGotAck, Payload: encodeGotAcks(ids[:1], []bool{true})},
+		{Type: MsgGotAck, Payload: encodeGotAcks(ids[1:], []bool{true, true})},
+	})
+	if n := a.jobs.Stats().DelJobsSent - dels; n != 1 {
+		t.Fatalf("two GOTACKs read together sent %d DELJOBs, want one", n)
+	}
+	for _, id := range ids {
+		if got := a.state(t, id); got != "" {
+			t.Fatalf("job %s: state %q on the collector after every GOTACK", id, got)
+		}
+		eventually(t, "the DELJOB on the holder", func() bool { return b.state(t, id) == "" })
+	}
+	if n := a.jobs.Stats().PendingAcks; n != 0 {
+		t.Fatalf("%d collections left", n)
+	}
+}
