@@ -72,6 +72,46 @@ func TestRequeuedCopyHandedToAWaiterKeepsItsRetry(t *testing.T) {
 	}
 }
 
+// TestEnqueuedCopyHandedToAWaiterKeepsItsRetry: ENQUEUE of a copy other
+// nodes hold is the same two records (the queueing, then the bump of
+// additional-deliveries), and a blocked GETJOB takes the job between
+// their results: the delivered copy must keep its retry event.
+func TestEnqueuedCopyHandedToAWaiterKeepsItsRetry(t *testing.T) {
+	f := newFixture(t, 100)
+	now := f.clock.ms.Load()
+	origin := strings.Repeat("b", 40)
+	id := storage.NewJobID(origin, 3600, 1)
+	copyOf := &storage.Job{ID: id, Queue: "q", Ctime: uint64(now) * 1_000_000, Etime: now + 3_600_000,
+		Retry: 1, Repl: 2, Nodes: []string{origin, f.b.NodeID()}}
+	if errs := f.b.ReplicaAdd([]Replica{{Job: copyOf, Body: []byte("copy")}}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	got := f.blockedGet(GetRequest{Queues: []string{"q"}, Count: 1, Timeout: time.Minute})
+	if n, err := f.b.Enqueue([]string{id}); err != nil || n != 1 {
+		t.Fatalf("ENQUEUE: %d, %v", n, err)
+	}
+	select {
+	case d := <-got:
+		if len(d) != 1 || d[0].ID != id {
+			t.Fatalf("the GETJOB got %v, want the copy", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the enqueued copy never reached the blocked GETJOB")
+	}
+	f.b.mu.Lock()
+	held := f.b.wheel.Holds(id, storage.EventRetry)
+	f.b.mu.Unlock()
+	if !held {
+		t.Error("the delivered copy has no retry event in the wheel")
+	}
+	if err := f.b.Tick(f.clock.advance(2 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := f.st.Job(id); err != nil || j.State != storage.StateQueued {
+		t.Fatalf("2 s after its delivery the copy (RETRY 1) is %+v (%v), want queued again", j, err)
+	}
+}
+
 // recCluster is a node of a cluster as the broker's timers see it: other
 // nodes exist (Clustered, so WILLQUEUE companions are scheduled), and the
 // WILLQUEUE and QUEUED it would send are counted per job.
