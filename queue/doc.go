@@ -33,7 +33,9 @@
 //     more than MaxTimers events would be in memory; an event that arrives
 //     with a job when the wheel is full moves the cursor back before it
 //     (it may then hold a few events after the cursor, which the loader's
-//     Add of the same event replaces).
+//     Add of the same event replaces). A cursor moved back before events
+//     already fired re-fires none: a fired event's op changed its job in
+//     the same lock hold, so the schedule on disk no longer has it.
 //   - Waiters: blocked GETJOB clients per queue, oldest first; each is
 //     served one job by whoever queues one.
 //
@@ -47,7 +49,10 @@
 // index; the wait for durability (storage.Pending.Wait) happens after mu is
 // released, and no result is returned before it. The wheel holds a job's
 // current events only (every change replaces them), so a timer event that
-// fires is current; delay and retry events are still checked against the
+// fires is current. A batch with two ops of one job (a clustered requeue or
+// ENQUEUE and its counter bump) sets the job's events once, from the last
+// op, before the job is handed to a blocked GETJOB whose delivery sets them
+// again. Delay and retry events are still checked against the
 // job before they act, while a TTL event (whose due, Etime, never changes)
 // deletes its job unread.
 //

@@ -338,7 +338,8 @@ func (b *Broker) idBatchLocked(ids []string,
 	}
 	res, pending := b.st.Apply(batch)
 	n := 0
-	for _, r := range res {
+	synced := "" // the job whose timers match the batch's last op of it
+	for k, r := range res {
 		if r.Err != nil {
 			if errUnusable(r.Err) {
 				return 0, storage.Pending{}, wrapStore(r.Err)
@@ -346,16 +347,38 @@ func (b *Broker) idBatchLocked(ids []string,
 			continue // unknown, or not in a state the command applies to
 		}
 		n++
-		if r.Old != nil {
-			b.syncTimersLocked(r.Old.ID, r.Job)
-		} else if r.Job != nil {
-			b.syncTimersLocked(r.Job.ID, r.Job) // an add (a dummy ack)
+		// A job's ops are consecutive (plan adds them together). Its
+		// timers are set once, at its first op, from its last: done may
+		// hand a job just queued to a blocked GETJOB, whose delivery sets
+		// its new retry, and a later op's result (ENQUEUE's counter bump,
+		// still queued) synced after that would wipe it.
+		if id := resultID(r); id != "" && id != synced {
+			final := r.Job
+			for _, m := range res[k+1:] {
+				if m.Err != nil || resultID(m) != id {
+					break
+				}
+				final = m.Job
+			}
+			b.syncTimersLocked(id, final)
+			synced = id
 		}
 		if done != nil {
 			done(r.Old, r.Job, now)
 		}
 	}
 	return n, pending, nil
+}
+
+// resultID is the job an op's result is about ("" for none).
+func resultID(r storage.Result) string {
+	switch {
+	case r.Old != nil:
+		return r.Old.ID
+	case r.Job != nil:
+		return r.Job.ID // an add (a dummy ack)
+	}
+	return ""
 }
 
 // Job returns a job and its body (SHOW); ErrNoJob if unknown. The body is

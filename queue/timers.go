@@ -276,16 +276,18 @@ func (b *Broker) fireLocked(due []storage.Event, now int64, notes *notices) (sto
 	res, pending := b.st.Apply(batch)
 	i := -1 // the event of the op
 	for k, r := range res {
-		if !extra[k] {
-			i++
-		} else {
-			if r.Err == nil {
-				b.syncTimersLocked(r.Job.ID, r.Job)
-				if n := len(notes.queued); n > 0 && notes.queued[n-1].Job.ID == r.Job.ID {
-					notes.queued[n-1].Job = r.Job
-				}
-			}
-			continue
+		if extra[k] {
+			continue // taken with the op before it
+		}
+		i++
+		if extra[k+1] && r.Err == nil && res[k+1].Err == nil {
+			// The job as both ops left it, before anything below: the
+			// requeue may hand it to a blocked GETJOB (queuedLocked),
+			// which delivers it and sets its new retry event; syncing
+			// the bump's result after that would put back a queued
+			// job's events, none, and the delivered copy would never be
+			// requeued again.
+			r.Job = res[k+1].Job
 		}
 		if r.Err != nil {
 			if errUnusable(r.Err) {

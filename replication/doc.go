@@ -200,9 +200,9 @@
 //   - SETACK, GOTACK: the collection resends SETACK with backoff (ackgc.go)
 //     until every holder answered, a holder that restarted included.
 //   - DELJOB: a NOREPL copy's DELJOB is retried (deljob_retry_test.go);
-//     for an acked copy, holders collecting their own acked copies (being
-//     built beside this, ackgc.go) cover it; until then such a copy stays
-//     acked, never delivered, until its TTL (the checker's NotCollected).
+//     for an acked copy, every holder of an acked copy (or of the dummy
+//     ack a SETACK left) collects it itself (heldAcked, ackgc.go: its own
+//     SETACK rounds, then DELJOB), so the lost DELJOB leaves nothing.
 //   - WILLQUEUE, QUEUED, WORKING: best effort, as in Disque: a lost one
 //     can only make two holders queue a copy (at-least-once allows it) or
 //     leave a counter low.
