@@ -200,9 +200,9 @@
 //   - SETACK, GOTACK: the collection resends SETACK with backoff (ackgc.go)
 //     until every holder answered, a holder that restarted included.
 //   - DELJOB: a NOREPL copy's DELJOB is retried (deljob_retry_test.go);
-//     for an acked copy, holders collecting their own acked copies (being
-//     built beside this, ackgc.go) cover it; until then such a copy stays
-//     acked, never delivered, until its TTL (the checker's NotCollected).
+//     for an acked copy, holders collecting their own acked copies cover
+//     it (ackgc.go); FASTACK's (FASTDEL) is resent until answered
+//     (jobs_fastack.go).
 //   - WILLQUEUE, QUEUED, WORKING: best effort, as in Disque: a lost one
 //     can only make two holders queue a copy (at-least-once allows it) or
 //     leave a counter low.
@@ -305,8 +305,21 @@
 //     not by reading every job, so a restart's time before serving does not
 //     grow with the backlog (1M copies: 0.7 ms against 7.9 s,
 //     BenchmarkResumeBacklog).
-//   - FastAcked: DELJOB to the job's holders (every node for an id unknown
-//     here), no confirmation.
+//   - FastAcked (jobs_fastack.go): the deletion of the copies of jobs
+//     FASTACK acked here (an acked placeholder, or a dummy ack for an id
+//     unknown here) runs in the collections' table: FASTDEL (DELJOB
+//     that wants an answer) to every holder (every node for an unknown
+//     id) that has not answered, 1 s doubling to 180 s (± 500 ms); a
+//     receiver deletes its copy as for DELJOB and, once durable, answers
+//     GOTACK; once all answered (or were forgotten) the placeholder is
+//     deleted here, with no further message. One FASTDEL and one GOTACK
+//     per holder when none is lost. A restart resumes the placeholder as
+//     an ACKJOB's collection (an acked job on disk). A job already being
+//     collected keeps its collection.
+//   - Every collection (ACKJOB's, a holder's, FASTACK's) ends with no
+//     message at its job's TTL (ackgc_expiry.go), when the broker deletes
+//     the job: rounds to a node that stays down do not go on until a
+//     restart.
 //   - WillQueue, Queued, Working (jobs_queueing.go): WILLQUEUE, QUEUED
 //     (each job with the counter to bump: none, nacks, additional
 //     deliveries) and WORKING to each job's other holders (its nodes), at

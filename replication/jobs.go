@@ -148,6 +148,12 @@ type ackGC struct {
 	// with no message (delJobs).
 	retries int
 	next    time.Time // when the next round is due
+	// fast: a FASTACK's deletion (jobs_fastack.go): its rounds send
+	// FASTDEL, answered GOTACK, and it ends with no DELJOB.
+	fast bool
+	// etime is when the job expires here (Unix ms; 0: unknown): the
+	// collection ends then, with no message (expireLocked).
+	etime int64
 	// id is the job's; index its place in ackTable's heap.
 	id    string
 	index int

@@ -40,6 +40,11 @@ func (j *Jobs) Handle(from string, m Message) {
 		if ids, err = decodeIDs(m.Payload); err == nil {
 			j.delJobs(ids)
 		}
+	case MsgFastDel:
+		var ids []string
+		if ids, err = decodeIDs(m.Payload); err == nil {
+			j.fastDelJobs(from, ids)
+		}
 	case MsgWillQueue:
 		var ids []string
 		if ids, err = decodeIDs(m.Payload); err == nil {
@@ -370,8 +375,9 @@ func (j *Jobs) remoteSetAcks(ids []string, mayhave []int) ([]bool, error) {
 // dummy ack on a node that had deleted the job already — the dummy's own
 // collection would clear it too, but only after its retry period and
 // with a SETACK to every node. A dummy ack's SETACK (mayhave 0) leaves
-// nothing, so a dummy's collection ends with no message either.
-func (j *Jobs) delJobs(ids []string) {
+// nothing, so a dummy's collection ends with no message either. It
+// returns the broker's error (FASTDEL is then not answered).
+func (j *Jobs) delJobs(ids []string) error {
 	dels := map[string][]string{}
 	j.mu.Lock()
 	for _, id := range ids {
@@ -385,8 +391,10 @@ func (j *Jobs) delJobs(ids []string) {
 		j.acks.drop(id)
 	}
 	j.mu.Unlock()
-	if _, err := j.broker.RemoteDelJob(ids); err != nil {
+	_, err := j.broker.RemoteDelJob(ids)
+	if err != nil {
 		j.log.Warn("replication: DELJOB", "jobs", len(ids), "err", err)
 	}
 	j.sendDelJobs(dels)
+	return err
 }
