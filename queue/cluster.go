@@ -64,7 +64,9 @@ type Cluster interface {
 	// have queued.
 	Working(jobs []*storage.Job)
 	// Paused sends a queue's pause state to every other node (PAUSE …
-	// BCAST); they apply it and send it on to nobody.
+	// BCAST); they apply it and send it on to nobody. A node unreachable
+	// then gets it once it is reachable again, unless a newer broadcast
+	// came meanwhile (package replication versions them).
 	Paused(queue string, p storage.PauseState)
 	// NeedJobs asks other nodes for jobs of queues empty here (NEEDJOBS;
 	// federation.go paces them): each request to its Nodes, or with Nodes

@@ -172,7 +172,8 @@
 // counter, and dequeues a queued copy unless this node wins TieBreak
 // against the sender; RemoteWorking postpones and always dequeues;
 // RemotePause applies a broadcast pause state (BroadcastPause sends one,
-// PAUSE … BCAST). None of them calls the cluster. So after a RETRY with no
+// PAUSE … BCAST; the cluster versions them and sends them again to a node
+// that was unreachable, so every node converges on the last one). None of them calls the cluster. So after a RETRY with no
 // ack about one copy is queued: the node that queues first makes the others
 // postpone, simultaneous ones are settled by the tie-break (the greatest
 // keeps its copy, and it is never dequeued by a smaller one, so one stays),

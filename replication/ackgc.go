@@ -241,6 +241,7 @@ func (j *Jobs) ackLoop() {
 			return
 		case <-t.C:
 			j.RetryAcks(j.cfg.Now())
+			j.syncPauses() // jobs_pause.go
 		}
 	}
 }

@@ -212,10 +212,9 @@
 //     (jobs_federation.go).
 //   - ENQUEUE: the copies requeue at their RETRY; a REPLICATE 1 RETRY 0
 //     job waits for its TTL (jobs_external.go).
-//   - PAUSE: not covered: sent once, on a change, never repeated, so a
-//     node that is down (or cut off) then keeps its old pause state until
-//     the next change (as in Disque, which sends no message without a
-//     link).
+//   - PAUSE: a broadcast state is versioned and sent again to every node
+//     that becomes reachable with its link up (jobs_pause.go), so a node
+//     that was down or cut off catches up; last writer wins.
 //
 // # Concurrency
 //
@@ -329,8 +328,20 @@
 //     queued here with QUEUED to its holders, and any of the three for a
 //     job acked here with SETACK to the sender, which joins the job's
 //     collection.
-//   - Paused: PAUSE (the queue's state) to every known node; a receiver
-//     applies it (RemotePause) and sends it on to nobody.
+//   - Paused (jobs_pause.go): PAUSE (the queue's state, a version — a
+//     hybrid timestamp — and the origin's id) to every known node; a
+//     receiver applies it (RemotePause) only if it is newer (version,
+//     then origin id) than the one it keeps for the queue, and sends it
+//     on to nobody. Every node keeps the newest broadcast state of each
+//     queue a broadcast set (only those), in a file beside the store
+//     (JobsConfig.PauseFile, written after the store has the state), and
+//     sends them all to each node that becomes reachable with its link up
+//     (each ack-retry tick: a node back from a failure, a link back, its
+//     own start). Of two concurrent conflicting broadcasts every node
+//     ends with the later by hybrid clock. A local PAUSE, a FLUSHALL or
+//     a restart leaves the versions alone: the local state stands until
+//     a newer broadcast. An unversioned PAUSE (an older node) is applied
+//     as before.
 //   - External replication (jobs_external.go, queue.ExternalCluster):
 //     ReplicateExternal is Replicate with Repl *other* nodes to confirm
 //     and the copies' node list without this node; once confirmed, ENQUEUE

@@ -61,9 +61,9 @@ func (j *Jobs) Handle(from string, m Message) {
 			j.working(from, ids)
 		}
 	case MsgPause:
-		name, state, e := decodePause(m.Payload)
+		name, v, versioned, e := decodePauseVersion(m.Payload)
 		if err = e; err == nil {
-			j.pause(from, name, state)
+			j.pause(from, name, v, versioned)
 		}
 	case MsgEnqueue:
 		err = j.handleEnqueue(from, m.Payload)
