@@ -338,8 +338,8 @@
 //     sends them all to each node that becomes reachable with its link up
 //     (each ack-retry tick: a node back from a failure, a link back, its
 //     own start). Of two concurrent conflicting broadcasts every node
-//     ends with the later by hybrid clock. A local PAUSE, a FLUSHALL or
-//     a restart leaves the versions alone: the local state stands until
+//     ends with the later by hybrid clock. A local PAUSE or a FLUSHALL
+//     leaves the versions alone: the local state stands until
 //     a newer broadcast. An unversioned PAUSE (an older node) is applied
 //     as before.
 //   - External replication (jobs_external.go, queue.ExternalCluster):

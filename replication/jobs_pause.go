@@ -34,9 +34,9 @@ import (
 // When a node becomes reachable with its link up (syncPauses, each
 // ack-retry tick: membership alive again after a failure, a link that came
 // back, this node's own start), it is sent every state in the book; what
-// it has already it ignores. A PAUSE without BCAST, a FLUSHALL or a
-// restart changes the local state only: the book is left alone, so the
-// local state stands until a newer broadcast.
+// it has already it ignores. A PAUSE without BCAST or a FLUSHALL changes
+// the local state only: the book is left alone, so the local state stands
+// until a newer broadcast.
 //
 // The book is persisted beside the store (JobsConfig.PauseFile), written
 // whole (durable.WriteFile) after each state it takes is durable in the
