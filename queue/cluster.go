@@ -40,9 +40,14 @@ type Cluster interface {
 	// GOTACK, DELJOB) and deletes the job here (Broker.DelJob) once every
 	// holder confirmed.
 	Acked(jobs []*storage.Job)
-	// FastAcked tells the cluster that FASTACK deleted these jobs here:
-	// it sends DELJOB to their holders, and for the unknown ids to every
-	// node.
+	// FastAcked tells the cluster that FASTACK acked these jobs here
+	// (placeholders, or jobs acked before) and found the unknown ids (a
+	// dummy ack left for an at-least-once one): it deletes their copies
+	// on their holders, and for the unknown ids on every node, retried
+	// until each answered, then the placeholders here (Broker.DelJob). A
+	// job already being collected keeps its collection. Jobs deleted
+	// meanwhile (add.go's timed-out jobs) come too: their placeholder is
+	// gone already.
 	FastAcked(jobs []*storage.Job, unknown []string)
 	// WillQueue tells the other holders of these jobs (active here) that
 	// this node queues them in WillQueueAdvance (WILLQUEUE): one that has
@@ -59,7 +64,9 @@ type Cluster interface {
 	// have queued.
 	Working(jobs []*storage.Job)
 	// Paused sends a queue's pause state to every other node (PAUSE …
-	// BCAST); they apply it and send it on to nobody.
+	// BCAST); they apply it and send it on to nobody. A node unreachable
+	// then gets it once it is reachable again, unless a newer broadcast
+	// came meanwhile (package replication versions them).
 	Paused(queue string, p storage.PauseState)
 	// NeedJobs asks other nodes for jobs of queues empty here (NEEDJOBS;
 	// federation.go paces them): each request to its Nodes, or with Nodes

@@ -154,7 +154,12 @@
 // In a cluster ACKJOB acks (instead of deleting) a job other nodes may
 // hold and hands it to Cluster.Acked, which collects the copies and then
 // deletes it here; an unknown at-least-once id leaves a dummy ack.
-// FASTACK deletes and hands the job to Cluster.FastAcked. The messages of
+// FASTACK deletes a job only this node holds; one held elsewhere it acks
+// (a placeholder: a late REPLJOB does not bring it back) and an unknown
+// at-least-once id leaves a dummy ack, and both go to Cluster.FastAcked,
+// which deletes the copies (DELJOB retried until each holder answered)
+// and then the placeholder; a restart resumes it as an ACKJOB's
+// collection. The messages of
 // other nodes arrive through ReplicaAdd (REPLJOB: an idempotent, durable
 // copy, active and not queued; ReplicaApply is the same with the wait for
 // durability left to the caller), RemoteSetAck (SETACK: an unknown id
@@ -186,7 +191,8 @@
 // counter, and dequeues a queued copy unless this node wins TieBreak
 // against the sender; RemoteWorking postpones and always dequeues;
 // RemotePause applies a broadcast pause state (BroadcastPause sends one,
-// PAUSE … BCAST). None of them calls the cluster. So after a RETRY with no
+// PAUSE … BCAST; the cluster versions them and sends them again to a node
+// that was unreachable, so every node converges on the last one). None of them calls the cluster. So after a RETRY with no
 // ack about one copy is queued: the node that queues first makes the others
 // postpone, simultaneous ones are settled by the tie-break (the greatest
 // keeps its copy, and it is never dequeued by a smaller one, so one stays),

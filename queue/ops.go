@@ -69,42 +69,64 @@ func (b *Broker) Ack(ids []string) (int, error) {
 }
 
 // FastAck is ACKJOB without the cluster confirmation round (FASTACK). On a
-// lone node the two are the same; in a cluster FASTACK deletes the job here
-// at once and Cluster.FastAcked sends DELJOB to its holders (to every node
-// for an id unknown here). It returns how many jobs were deleted.
+// lone node the two are the same. In a cluster a job only this node holds
+// is deleted at once; one other nodes may hold is acked here, a bodiless
+// placeholder (so a late REPLJOB does not bring it back), and handed to
+// Cluster.FastAcked, which deletes the copies (DELJOB, retried until each
+// holder answered) and then this placeholder; an unknown at-least-once id
+// leaves a dummy ack, handed over too (its deletion goes to every node). A
+// job acked already counts, and keeps its collection. It returns how many
+// known jobs it acked or deleted.
 func (b *Broker) FastAck(ids []string) (int, error) {
 	if !b.Clustered() {
 		return b.Ack(ids)
 	}
-	var deleted []*storage.Job
+	self := b.NodeID()
+	var acked []*storage.Job
 	var unknown []string
-	n, err := b.idBatch(ids, func(batch *storage.Batch, id string, _ int64) error {
-		_, err := b.st.Job(id)
+	count := 0
+	_, err := b.idBatch(ids, func(batch *storage.Batch, id string, now int64) error {
+		j, err := b.st.Job(id)
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
-			if storage.ValidJobID(id) {
-				unknown = append(unknown, id)
+			if !storage.ValidJobID(id) {
+				return nil
+			}
+			unknown = append(unknown, id)
+			if !storage.IDAtMostOnce(id) {
+				return wrapStore(batch.AckUnknown(id, now+idTTLMillis(id)))
 			}
 		case err != nil:
 			return wrapStore(err)
-		default:
+		case j.State == storage.StateAcked:
+			count++ // its collection runs (FastAcked keeps it)
+			acked = append(acked, j)
+		case onlyNode(j.Nodes, self):
 			batch.Delete(id)
+		default:
+			batch.Ack(id)
 		}
 		return nil
-	}, func(old, _ *storage.Job, _ int64) {
+	}, func(old, nj *storage.Job, _ int64) {
+		if old == nil {
+			return // a dummy ack, in unknown already
+		}
 		if old.State == storage.StateQueued {
 			b.unqueuedLocked(old)
 		}
+		count++
 		b.stats.JobsAcked++
-		deleted = append(deleted, old)
+		if nj != nil {
+			acked = append(acked, nj)
+		}
 	})
 	if err != nil {
 		return 0, err
 	}
-	if len(deleted) > 0 || len(unknown) > 0 {
-		b.cluster.FastAcked(deleted, unknown)
+	if len(acked) > 0 || len(unknown) > 0 {
+		b.cluster.FastAcked(acked, unknown)
 	}
-	return n, nil
+	return count, nil
 }
 
 // onlyNode reports whether nodes name no node but self.

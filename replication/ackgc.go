@@ -32,7 +32,7 @@ func (j *Jobs) Acked(jobs []*storage.Job) {
 		if j.acks.get(job.ID) != nil {
 			continue
 		}
-		gc := &ackGC{next: now}
+		gc := &ackGC{next: now, etime: job.Etime}
 		if job.IsDummyAck() {
 			gc.dummy, gc.targets = true, others
 		} else {
@@ -81,7 +81,7 @@ func (j *Jobs) heldAcked(from string, jobs []*storage.Job, dummies []string, now
 		if j.acks.get(job.ID) != nil {
 			continue
 		}
-		gc := &ackGC{mayhave: len(job.Nodes), next: now.Add(ackBackoff(0)), retries: 0}
+		gc := &ackGC{mayhave: len(job.Nodes), next: now.Add(ackBackoff(0)), retries: 0, etime: job.Etime}
 		sender := false
 		for _, n := range job.Nodes {
 			if n != self {
@@ -101,14 +101,16 @@ func (j *Jobs) heldAcked(from string, jobs []*storage.Job, dummies []string, now
 		if j.acks.get(id) != nil || len(others) == 0 {
 			continue
 		}
-		j.acks.put(id, &ackGC{dummy: true, targets: others, next: now.Add(ackBackoff(0))})
+		j.acks.put(id, &ackGC{dummy: true, targets: others, next: now.Add(ackBackoff(0)), etime: dummyEtime(id, now)})
 	}
 }
 
 // RetryAcks sends the SETACK rounds due at now (the first one of a job
 // just acked included) and schedules each job's next: 1 s doubling to
 // 180 s, ± 500 ms. The background loop calls it; tests call it with their
-// own time. It returns how many SETACK messages it sent.
+// own time. It returns how many SETACK messages it sent (and FASTDEL, for
+// a FASTACK's deletion: jobs_fastack.go). A collection whose job expired
+// here ends at its TTL, with no message.
 func (j *Jobs) RetryAcks(now time.Time) int {
 	type setAcks struct {
 		ids     []string
@@ -121,13 +123,25 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 	}
 	var done []string
 	dels := map[string][]string{}
+	fast := map[string][]string{} // FASTDEL ids per target (jobs_fastack.go)
 	j.mu.Lock()
 	for gc := j.acks.first(now); gc != nil; gc = j.acks.first(now) {
 		id := gc.id
+		if gc.expiredAt(now) {
+			// The job expired here (the broker deletes it at its TTL,
+			// as Disque drops expired jobs): rounds to a node that
+			// stays down would otherwise go on until a restart.
+			j.acks.drop(id)
+			continue
+		}
 		if j.forgetTargetsLocked(gc, known) {
 			// Every node left to confirm was forgotten (CLUSTER FORGET):
 			// nobody will answer, and a forgotten node's copy is its own.
 			j.acks.drop(id)
+			if gc.fast {
+				done = append(done, id) // the placeholder; the others deleted theirs
+				continue
+			}
 			if !gc.dummy {
 				done = append(done, id)
 				for _, n := range gc.targets {
@@ -139,7 +153,9 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 			continue
 		}
 		for _, n := range gc.targets {
-			if !gc.confirmed[n] {
+			if !gc.confirmed[n] && gc.fast {
+				fast[n] = append(fast[n], id)
+			} else if !gc.confirmed[n] {
 				m := per[n]
 				if m == nil {
 					m = &setAcks{}
@@ -148,7 +164,7 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 				m.ids, m.mayhave = append(m.ids, id), append(m.mayhave, gc.mayhave)
 			}
 		}
-		j.acks.reschedule(gc, now.Add(ackBackoff(gc.retries))) // after now: the loop ends
+		j.acks.reschedule(gc, gc.capNext(now.Add(ackBackoff(gc.retries)))) // after now: the loop ends
 		gc.retries++
 	}
 	j.mu.Unlock()
@@ -166,6 +182,7 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 	if sent > 0 {
 		j.count(func(s *JobsStats) { s.SetAcksSent += int64(sent) })
 	}
+	sent += j.sendFastDels(fast)
 	j.sendDelJobs(dels)
 	if b := j.bound.Load(); b != nil && len(done) > 0 {
 		if _, err := b.DelJob(done); err != nil {
@@ -224,6 +241,7 @@ func (j *Jobs) ackLoop() {
 			return
 		case <-t.C:
 			j.RetryAcks(j.cfg.Now())
+			j.syncPauses() // jobs_pause.go
 		}
 	}
 }
@@ -243,6 +261,12 @@ func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
 	for i, id := range ids {
 		gc := j.acks.get(id)
 		if gc == nil {
+			continue
+		}
+		if gc.fast {
+			if j.fastAnsweredLocked(gc, from) {
+				done = append(done, id)
+			}
 			continue
 		}
 		if gc.dummy && known[i] {
@@ -280,30 +304,6 @@ func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
 			j.log.Warn("replication: deleting collected jobs", "jobs", len(ids), "err", err)
 		}
 	}
-}
-
-// FastAcked implements queue.Cluster: DELJOB to every holder of the
-// deleted jobs, and to every node for the ids unknown here.
-func (j *Jobs) FastAcked(jobs []*storage.Job, unknown []string) {
-	per := map[string][]string{}
-	for _, job := range jobs {
-		for _, n := range job.Nodes {
-			if n != j.self() {
-				per[n] = append(per[n], job.ID)
-			}
-		}
-	}
-	if len(unknown) > 0 {
-		for _, n := range j.otherIDs() {
-			per[n] = append(per[n], unknown...)
-		}
-	}
-	j.mu.Lock()
-	for _, job := range jobs {
-		j.acks.drop(job.ID)
-	}
-	j.mu.Unlock()
-	j.sendDelJobs(per)
 }
 
 // resume restarts what a restart interrupted: the collection of every

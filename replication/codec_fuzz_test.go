@@ -23,6 +23,8 @@ func FuzzDecodePayloads(f *testing.F) {
 	f.Add([]byte{1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Add(encodeQueued([]queue.RemoteQueuedJob{{ID: id, Bump: queue.BumpNacks}, {ID: id}}))
 	f.Add(encodePause("q", storage.PauseAll))
+	f.Add(encodePauseVersion("q", pauseVersion{State: storage.PauseIn, Ver: 1 << 40, Origin: "0123456789abcdef0123456789abcdef01234567"}))
+	f.Add(encodePauses(map[string]pauseVersion{"q": {State: storage.PauseOut, Ver: 9, Origin: "0123456789abcdef0123456789abcdef01234567"}}))
 	f.Add([]byte{1, 4, 1, 'q'})
 	f.Add(encodeNeedJobs("q", 5))
 	moved := *job
@@ -61,6 +63,23 @@ func FuzzDecodePayloads(f *testing.F) {
 		if name, state, err := decodePause(p); err == nil {
 			if n2, s2, err := decodePause(encodePause(name, state)); err != nil || n2 != name || s2 != state || state > storage.PauseAll {
 				t.Fatalf("PAUSE round trip: %x: %v", p, err)
+			}
+		}
+		if name, v, versioned, err := decodePauseVersion(p); err == nil {
+			if !versioned {
+				v = pauseVersion{State: v.State}
+			}
+			enc := encodePause(name, v.State)
+			if versioned {
+				enc = encodePauseVersion(name, v)
+			}
+			if n2, v2, ver2, err := decodePauseVersion(enc); err != nil || n2 != name || v2 != v || ver2 != versioned {
+				t.Fatalf("versioned PAUSE round trip: %x: %v", p, err)
+			}
+		}
+		if states, err := decodePauses(p); err == nil {
+			if again, err := decodePauses(encodePauses(states)); err != nil || len(again) != len(states) {
+				t.Fatalf("pause book round trip: %x: %v", p, err)
 			}
 		}
 		if name, count, err := decodeNeedJobs(p); err == nil {

@@ -69,7 +69,7 @@ func TestNoReplCopyDeletedThoughTheDelJobWasLost(t *testing.T) {
 	}
 	c.net.Heal(origin.id, holder.id)
 	c.net.Heal(origin.id, c.nodes[2].id)
-	origin.jobs.RetryAcks(time.Now().Add(time.Hour)) // the next round, whenever due
+	origin.jobs.RetryAcks(time.Now().Add(4 * time.Minute)) // the next round, whenever due
 	for _, nd := range c.nodes {
 		eventually(t, "every copy of the NOREPL job deleted", func() bool { return nd.state(t, id) == "" })
 	}
@@ -106,14 +106,14 @@ func TestAckCollectionEndsWhenATargetIsForgotten(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "node 1 confirmed", func() bool { return c.nodes[1].state(t, res.ID) == "acked" })
-	origin.jobs.RetryAcks(time.Now().Add(time.Hour))
+	origin.jobs.RetryAcks(time.Now().Add(4 * time.Minute))
 	if got := origin.state(t, res.ID); got != "acked" {
 		t.Fatalf("collection ended while its target is known: %q", got)
 	}
 	c.mu.Lock()
 	c.ids = slices.DeleteFunc(slices.Clone(c.ids), func(s string) bool { return s == gone.id })
 	c.mu.Unlock()
-	origin.jobs.RetryAcks(time.Now().Add(2 * time.Hour))
+	origin.jobs.RetryAcks(time.Now().Add(8 * time.Minute))
 	eventually(t, "the origin's job deleted", func() bool { return origin.state(t, res.ID) == "" })
 	eventually(t, "node 1's copy deleted", func() bool { return c.nodes[1].state(t, res.ID) == "" })
 	if p := origin.jobs.Stats().PendingAcks; p != 0 {

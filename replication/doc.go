@@ -202,7 +202,8 @@
 //   - DELJOB: a NOREPL copy's DELJOB is retried (deljob_retry_test.go);
 //     for an acked copy, every holder of an acked copy (or of the dummy
 //     ack a SETACK left) collects it itself (heldAcked, ackgc.go: its own
-//     SETACK rounds, then DELJOB), so the lost DELJOB leaves nothing.
+//     SETACK rounds, then DELJOB), so the lost DELJOB leaves nothing;
+//     FASTACK's deletion (FASTDEL) is resent until answered (jobs_fastack.go).
 //   - WILLQUEUE, QUEUED, WORKING: best effort, as in Disque: a lost one
 //     can only make two holders queue a copy (at-least-once allows it) or
 //     leave a counter low.
@@ -212,10 +213,9 @@
 //     (jobs_federation.go).
 //   - ENQUEUE: the copies requeue at their RETRY; a REPLICATE 1 RETRY 0
 //     job waits for its TTL (jobs_external.go).
-//   - PAUSE: not covered: sent once, on a change, never repeated, so a
-//     node that is down (or cut off) then keeps its old pause state until
-//     the next change (as in Disque, which sends no message without a
-//     link).
+//   - PAUSE: a broadcast state is versioned and sent again to every node
+//     that becomes reachable with its link up (jobs_pause.go), so a node
+//     that was down or cut off catches up; last writer wins.
 //
 // # Concurrency
 //
@@ -318,8 +318,21 @@
 //     not by reading every job, so a restart's time before serving does not
 //     grow with the backlog (1M copies: 0.7 ms against 7.9 s,
 //     BenchmarkResumeBacklog).
-//   - FastAcked: DELJOB to the job's holders (every node for an id unknown
-//     here), no confirmation.
+//   - FastAcked (jobs_fastack.go): the deletion of the copies of jobs
+//     FASTACK acked here (an acked placeholder, or a dummy ack for an id
+//     unknown here) runs in the collections' table: FASTDEL (DELJOB
+//     that wants an answer) to every holder (every node for an unknown
+//     id) that has not answered, 1 s doubling to 180 s (± 500 ms); a
+//     receiver deletes its copy as for DELJOB and, once durable, answers
+//     GOTACK; once all answered (or were forgotten) the placeholder is
+//     deleted here, with no further message. One FASTDEL and one GOTACK
+//     per holder when none is lost. A restart resumes the placeholder as
+//     an ACKJOB's collection (an acked job on disk). A job already being
+//     collected keeps its collection.
+//   - Every collection (ACKJOB's, a holder's, FASTACK's) ends with no
+//     message at its job's TTL (ackgc_expiry.go), when the broker deletes
+//     the job: rounds to a node that stays down do not go on until a
+//     restart.
 //   - WillQueue, Queued, Working (jobs_queueing.go): WILLQUEUE, QUEUED
 //     (each job with the counter to bump: none, nacks, additional
 //     deliveries) and WORKING to each job's other holders (its nodes), at
@@ -329,8 +342,20 @@
 //     queued here with QUEUED to its holders, and any of the three for a
 //     job acked here with SETACK to the sender, which joins the job's
 //     collection.
-//   - Paused: PAUSE (the queue's state) to every known node; a receiver
-//     applies it (RemotePause) and sends it on to nobody.
+//   - Paused (jobs_pause.go): PAUSE (the queue's state, a version — a
+//     hybrid timestamp — and the origin's id) to every known node; a
+//     receiver applies it (RemotePause) only if it is newer (version,
+//     then origin id) than the one it keeps for the queue, and sends it
+//     on to nobody. Every node keeps the newest broadcast state of each
+//     queue a broadcast set (only those), in a file beside the store
+//     (JobsConfig.PauseFile, written after the store has the state), and
+//     sends them all to each node that becomes reachable with its link up
+//     (each ack-retry tick: a node back from a failure, a link back, its
+//     own start). Of two concurrent conflicting broadcasts every node
+//     ends with the later by hybrid clock. A local PAUSE or a FLUSHALL
+//     leaves the versions alone: the local state stands until
+//     a newer broadcast. An unversioned PAUSE (an older node) is applied
+//     as before.
 //   - External replication (jobs_external.go, queue.ExternalCluster):
 //     ReplicateExternal is Replicate with Repl *other* nodes to confirm
 //     and the copies' node list without this node; once confirmed, ENQUEUE

@@ -48,6 +48,10 @@ type JobsConfig struct {
 	// over its memory warning level). A refused REPLJOB gets no GOTJOB,
 	// so its sender goes on to another node at its next round.
 	RefuseCopies func() string
+	// PauseFile is where the broadcast pause states' versions are kept
+	// (jobs_pause.go; the daemon's: PausesFileName in the data
+	// directory). "" keeps them in memory only.
+	PauseFile string
 }
 
 // Ack collection's retry: 1 s doubling to 180 s, ± 500 ms (Disque's
@@ -97,6 +101,10 @@ type Jobs struct {
 	confirmers sync.WaitGroup
 	closed     bool
 	stats      JobsStats
+
+	// pauses: the broadcast pause states and their versions
+	// (jobs_pause.go); its own lock, never taken under mu.
+	pauses pauseBook
 
 	// givers: the NEEDJOBS being answered, per asker (jobs_federation.go).
 	givers givers
@@ -150,6 +158,12 @@ type ackGC struct {
 	// with no message (delJobs).
 	retries int
 	next    time.Time // when the next round is due
+	// fast: a FASTACK's deletion (jobs_fastack.go): its rounds send
+	// FASTDEL, answered GOTACK, and it ends with no DELJOB.
+	fast bool
+	// etime is when the job expires here (Unix ms; 0: unknown): the
+	// collection ends then, with no message (expireLocked).
+	etime int64
 	// id is the job's; index its place in ackTable's heap.
 	id    string
 	index int
@@ -199,9 +213,12 @@ func NewJobs(cfg JobsConfig) (*Jobs, error) {
 	if cfg.AckRetryTick == 0 {
 		cfg.AckRetryTick = 100 * time.Millisecond
 	}
-	return &Jobs{cfg: cfg, log: cfg.Logger, repl: map[string]*pendingRepl{}, acks: newAckTable(),
+	j := &Jobs{cfg: cfg, log: cfg.Logger, repl: map[string]*pendingRepl{}, acks: newAckTable(),
 		confirm: map[string]*gotJobConfirmer{},
-		stop:    make(chan struct{}), done: make(chan struct{})}, nil
+		stop:    make(chan struct{}), done: make(chan struct{})}
+	j.pauses.file = cfg.PauseFile
+	j.loadPauses()
+	return j, nil
 }
 
 // Start binds the broker and the transport (whose handler is j.Handle),

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"errors"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -128,7 +129,7 @@ func (c *testCluster) open(nd *jobsNode) {
 		return c.refusing[id]
 	}
 	nd.jobs, err = NewJobs(JobsConfig{ID: nd.id, Peers: staticPeers{c, nd.id}, Logger: quietLog(), AckRetryTick: c.ackTick, Now: c.now,
-		RefuseCopies: refuse})
+		RefuseCopies: refuse, PauseFile: filepath.Join(nd.dir, PausesFileName)})
 	if err != nil {
 		t.Fatal(err)
 	}

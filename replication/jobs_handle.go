@@ -28,6 +28,11 @@ func (j *Jobs) Handle(from string, m Message) {
 	case MsgSetAck, MsgGotAck, MsgDelJob:
 		j.handleCollectRun(from, []Message{m}) // ackgc_batch.go
 		return
+	case MsgFastDel:
+		var ids []string
+		if ids, err = decodeIDs(m.Payload); err == nil {
+			j.fastDelJobs(from, ids)
+		}
 	case MsgWillQueue:
 		var ids []string
 		if ids, err = decodeIDs(m.Payload); err == nil {
@@ -44,9 +49,9 @@ func (j *Jobs) Handle(from string, m Message) {
 			j.working(from, ids)
 		}
 	case MsgPause:
-		name, state, e := decodePause(m.Payload)
+		name, v, versioned, e := decodePauseVersion(m.Payload)
 		if err = e; err == nil {
-			j.pause(from, name, state)
+			j.pause(from, name, v, versioned)
 		}
 	case MsgEnqueue:
 		err = j.handleEnqueue(from, m.Payload)

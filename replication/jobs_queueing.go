@@ -86,21 +86,6 @@ func (j *Jobs) Queued(jobs []queue.QueuedJob) {
 	j.count(func(s *JobsStats) { s.QueuedSent += int64(sent) })
 }
 
-// Paused implements queue.Cluster: the queue's pause state to every other
-// known node (Disque's clusterBroadcastPause).
-func (j *Jobs) Paused(name string, p storage.PauseState) {
-	if j.bound.Load() == nil {
-		return // not started: no transport yet
-	}
-	msg := encodePause(name, p)
-	sent := 0
-	for _, to := range j.otherIDs() {
-		j.send(to, MsgPause, msg)
-		sent++
-	}
-	j.count(func(s *JobsStats) { s.PausesSent += int64(sent) })
-}
-
 // willQueue handles WILLQUEUE: from will queue these jobs shortly. The
 // broker adds it to their nodes; jobs queued here are announced (QUEUED,
 // nothing to bump) to their holders, so from postpones its requeue; jobs
@@ -139,14 +124,6 @@ func (j *Jobs) working(from string, ids []string) {
 		return
 	}
 	j.setAckTo(from, acked)
-}
-
-// pause handles PAUSE: from's pause state of a queue, applied here and
-// sent on to nobody.
-func (j *Jobs) pause(from, name string, p storage.PauseState) {
-	if err := j.broker.RemotePause(name, p); err != nil {
-		j.log.Warn("replication: PAUSE", "from", from, "queue", name, "err", err)
-	}
 }
 
 // setAckTo answers a node that queues (or will queue, or works on) jobs

@@ -20,6 +20,10 @@ const (
 	MsgNeedJobs  MsgType = 10 // federation: send me jobs of this queue
 	MsgYourJobs  MsgType = 11 // federation: jobs for you
 	MsgEnqueue   MsgType = 12 // external replication: queue the job you got
+	// MsgFastDel is FASTACK's DELJOB that wants an answer (GOTACK): 16,
+	// not the next free value, so parts adding types in parallel do not
+	// take the same one.
+	MsgFastDel MsgType = 16
 	// GLOBALQLEN (jobs_qlen.go), numbered apart from the protocol's
 	// others: the type byte is all an older node needs to ignore them.
 	MsgQueueLen       MsgType = 40 // how many jobs of this queue are queued here?

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -96,9 +97,10 @@ func (b *clusterBus) Reachable() []replication.NodeInfo {
 }
 
 // newJobs returns the job protocol for a broker about to be made over a
-// store of node id.
-func (b *clusterBus) newJobs(id string) (*replication.Jobs, error) {
-	return replication.NewJobs(replication.JobsConfig{ID: id, Peers: b, Logger: b.log, RefuseCopies: b.refuseCopies})
+// store of node id in dir (which keeps the broadcast pauses' versions too).
+func (b *clusterBus) newJobs(id, dir string) (*replication.Jobs, error) {
+	return replication.NewJobs(replication.JobsConfig{ID: id, Peers: b, Logger: b.log, RefuseCopies: b.refuseCopies,
+		PauseFile: filepath.Join(dir, replication.PausesFileName)})
 }
 
 // attachJobs makes j, the protocol of broker, the one the bus feeds, and

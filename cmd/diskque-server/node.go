@@ -124,7 +124,7 @@ func (n *node) open() error {
 	qopts := queue.Options{Store: st, Logger: n.log}
 	var jobs *replication.Jobs
 	if n.bus != nil {
-		if jobs, err = n.bus.newJobs(st.NodeID()); err != nil {
+		if jobs, err = n.bus.newJobs(st.NodeID(), n.dir); err != nil {
 			st.Close()
 			return err
 		}

@@ -1,0 +1,132 @@
+package replication
+
+import (
+	"github.com/diskque/diskque/storage"
+)
+
+// FASTACK's deletion, retried. Disque's FASTACK deletes the job here and
+// sends one DELJOB to its holders (ack.c): a DELJOB lost to a partition,
+// a kill or a dropped link queue leaves a holder's copy active, requeued
+// at its RETRY and delivered again after the client FASTACKed it. Here
+// FASTACK leaves an acked placeholder (queue.Broker.FastAck: the job
+// acked, or a dummy ack for an id unknown here; durable, so a late
+// REPLJOB does not bring the job back) and Jobs runs a deletion for it in
+// the ack collection's table (ackTable: one small entry per job, rounds
+// batched per target, the same backoff, the same expiry): each round
+// sends FASTDEL (DELJOB that wants an answer) to the holders that have
+// not answered; a holder deletes its copy (as for DELJOB) and, once that
+// is durable, answers GOTACK; once every holder answered (or was
+// forgotten) the placeholder is deleted, with no further message. In the
+// common case that is one FASTDEL and one GOTACK per holder, against
+// ACKJOB's SETACK, GOTACK and DELJOB.
+//
+// After a restart the placeholder is an acked job like any other, and
+// resume collects it as an ACKJOB's (SETACK, GOTACK, DELJOB): holders that
+// deleted their copy answer "not known", those that did not ack it first.
+// An at-most-once id unknown here leaves no placeholder (its copies are
+// never requeued): its deletion runs, but is not resumed.
+
+// FastAcked implements queue.Cluster: the deletion of the jobs FASTACK
+// acked here (their placeholders), to their holders, and of the ids
+// unknown here, to every other known node. A job whose collection already
+// runs (ACKJOB came first) keeps it: it ends in DELJOB to every holder. A
+// job with no holder but this node, or an unknown id with no other node
+// known, is deleted here at once.
+func (j *Jobs) FastAcked(jobs []*storage.Job, unknown []string) {
+	now := j.cfg.Now()
+	self := j.self()
+	var others []string
+	if len(unknown) > 0 {
+		others = j.otherIDs()
+	}
+	var alone []string
+	j.mu.Lock()
+	for _, job := range jobs {
+		if j.acks.get(job.ID) != nil {
+			continue
+		}
+		gc := &ackGC{fast: true, next: now, mayhave: len(job.Nodes), etime: job.Etime}
+		for _, n := range job.Nodes {
+			if n != self {
+				gc.targets = append(gc.targets, n)
+			}
+		}
+		if len(gc.targets) == 0 {
+			alone = append(alone, job.ID)
+			continue
+		}
+		j.acks.put(job.ID, gc)
+	}
+	for _, id := range unknown {
+		switch {
+		case j.acks.get(id) != nil:
+		case len(others) == 0:
+			alone = append(alone, id)
+		default:
+			j.acks.put(id, &ackGC{fast: true, dummy: true, targets: others, next: now, etime: dummyEtime(id, now)})
+		}
+	}
+	j.mu.Unlock()
+	if len(alone) > 0 {
+		if _, err := j.broker.DelJob(alone); err != nil {
+			j.log.Warn("replication: deleting fast-acked jobs", "jobs", len(alone), "err", err)
+		}
+	}
+	j.RetryAcks(now)
+}
+
+// fastAnsweredLocked records that target from answered the FASTDEL of
+// deletion gc, and reports whether every target now has: the deletion is
+// then over (dropped from the table) and the caller deletes the
+// placeholder. Any answer counts: a holder answers once its copy is
+// deleted, a node that never had the job once it knows it has none.
+func (j *Jobs) fastAnsweredLocked(gc *ackGC, from string) bool {
+	gc.confirm(from)
+	for _, n := range gc.targets {
+		if !gc.confirmed[n] {
+			return false
+		}
+	}
+	j.acks.drop(gc.id)
+	return true
+}
+
+// sendFastDels sends each target its FASTDEL ids, in messages of
+// idsPerMessage, counted with the DELJOBs; it returns how many it sent.
+func (j *Jobs) sendFastDels(per map[string][]string) int {
+	sent := 0
+	for n, ids := range per {
+		for i := 0; i < len(ids); i += idsPerMessage {
+			j.send(n, MsgFastDel, encodeIDs(ids[i:min(i+idsPerMessage, len(ids))]))
+			sent++
+		}
+	}
+	if sent > 0 {
+		j.count(func(s *JobsStats) { s.DelJobsSent += int64(sent) })
+	}
+	return sent
+}
+
+// delJobs deletes the copies a FASTDEL names, as a DELJOB does (one
+// DELJOB alone; those a link read brings together go through
+// handleCollectRun), and ends their collections here. It returns the
+// broker's error: the FASTDEL is then not answered.
+func (j *Jobs) delJobs(ids []string) error {
+	_, err := j.broker.RemoteDelJob(ids)
+	if err != nil {
+		j.log.Warn("replication: FASTDEL", "jobs", len(ids), "err", err)
+	}
+	j.endCollections(ids)
+	return err
+}
+
+// fastDelJobs handles FASTDEL: the copies are deleted as by DELJOB
+// (delJobs, which also ends a collection of them here) and, once that is
+// durable, from is answered GOTACK ("not known": nothing is left here).
+// A failed delete is not answered: from's next round asks again.
+func (j *Jobs) fastDelJobs(from string, ids []string) {
+	if err := j.delJobs(ids); err != nil {
+		return
+	}
+	j.send(from, MsgGotAck, encodeGotAcks(ids, make([]bool, len(ids))))
+}
