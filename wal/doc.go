@@ -113,15 +113,9 @@
 //
 // # Durability
 //
-// Append hands records to a writer. Concurrent appends coalesce: the writer
-// takes everything queued, issues one write per segment touched and, under
-// SyncAlways, one fsync for all of them (group commit). The writer is
-// whoever gets there first: a Wait whose records are still queued while no
-// flush runs runs the flush itself, on its own goroutine, and the writer
-// goroutine (kicked by Enqueue) flushes what nobody waits for; one flush
-// runs at a time, and waiters that arrive meanwhile share the next. (A
-// Wait leading the flush saves the two goroutine hand-offs — to the writer
-// and back — that each commit paid at pipeline 1.)
+// Append hands records to a single writer goroutine. Concurrent appends
+// coalesce: the writer takes everything queued, issues one write per segment
+// touched and, under SyncAlways, one fsync for all of them (group commit).
 // Append returns once its records are written (SyncEverySec, SyncNever) or
 // written and fsynced (SyncAlways). SyncEverySec fsyncs once a second, from
 // its own goroutine through its own handle on the segment, so appends go on
@@ -163,9 +157,7 @@
 // but it blocks while more than Options.MaxPending bytes wait for the
 // writer (back-pressure), and the caller's lock is held that long.
 // Wait, Append and Sync block and must not be called under such locks if the
-// writer could need them (it needs none of the caller's); Wait and Append
-// may write and fsync on the caller's goroutine, so a caller that must not
-// do I/O under a lock must not call them under it either. Reads hold the
+// writer could need them (it needs none of the caller's). Reads hold the
 // reader cache's shared lock across their pread. LOCKS.md at the
 // repository root lists every lock and its order.
 package wal

@@ -74,11 +74,7 @@ type Log struct {
 	// busy log does not allocate and grow a buffer for every group.
 	free [][]byte
 
-	// flushing: a flush (flushPending) is running, on the writer goroutine
-	// or inline in a Wait (waitFlushLocked). One runs at a time.
-	flushing bool
-
-	// Whoever runs the flush (flushing) alone uses these.
+	// The writer goroutine alone uses these.
 	active vfs.File
 
 	readers readerCache
@@ -415,15 +411,7 @@ func (l *Log) errLocked() error {
 }
 
 // Wait blocks until every record below end is written, and, if the writer
-// wrote it under SyncAlways, also fsynced. When its records are still
-// pending and no flush is running, the caller runs the flush itself
-// (writing, and fsyncing under SyncAlways, everything pending, not only
-// its own records) instead of waiting for the writer goroutine to be
-// scheduled and then for itself to be woken: at pipeline 1 that was two
-// hand-offs between goroutines per commit, each a wait for a CPU on a
-// loaded machine. Concurrent waiters still share one flush: those that
-// arrive while it runs wait for it, and the first of them whose records
-// it did not take leads the next.
+// wrote it under SyncAlways, also fsynced.
 func (l *Log) Wait(end LSN) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -434,23 +422,8 @@ func (l *Log) Wait(end LSN) error {
 		if l.err != nil {
 			return l.err
 		}
-		if !l.flushing && !l.closed && !l.opts.ReadOnly && len(l.pending) > 0 && l.written < end {
-			l.flushLocked()
-			continue
-		}
 		l.cond.Wait()
 	}
-}
-
-// flushLocked runs one flush with l.mu held on entry and on return
-// (released meanwhile). The caller has checked that none is running.
-func (l *Log) flushLocked() {
-	l.flushing = true
-	l.mu.Unlock()
-	l.flushPending()
-	l.mu.Lock()
-	l.flushing = false
-	l.cond.Broadcast() // the writer goroutine may wait for flushing to clear
 }
 
 // SetSync switches the fsync policy of the running log. Records the writer
@@ -598,31 +571,18 @@ func (l *Log) SegmentOf(lsn LSN) (LSN, bool) {
 	return l.spans[i].first, true
 }
 
-// writeLoop is the writer: it takes every pending chunk, writes them,
-// fsyncs if the policy or a Sync caller asks, and publishes the new
-// positions — unless a Wait took them first (Wait runs the flush inline
-// when none is running). It finds nothing to do then and flushes nothing:
-// no empty write, no fsync of nothing under SyncAlways.
+// writeLoop is the single writer: it takes every pending chunk, writes them,
+// fsyncs if the policy or a Sync caller asks, and publishes the new positions.
 func (l *Log) writeLoop() {
 	defer close(l.done)
 	for {
-		stop := false
 		select {
 		case <-l.kick:
 		case <-l.stop:
-			stop = true
-		}
-		l.mu.Lock()
-		for l.flushing {
-			l.cond.Wait() // a Wait is flushing inline; what it left is ours
-		}
-		if stop || len(l.pending) > 0 || l.syncWanted > l.synced {
-			l.flushLocked()
-		}
-		l.mu.Unlock()
-		if stop {
+			l.flushPending()
 			return
 		}
+		l.flushPending()
 	}
 }
 
