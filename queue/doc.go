@@ -224,7 +224,5 @@
 // running yields once (runtime.Gosched) before it leads one, so the adds
 // other connections are about to make join it; a call returns only once its own
 // jobs are durable, so the merge changes batching, never what a client is
-// told. The leader of a round with no replicated job waits for the round's
-// durability (after waking the next round's leader) before it wakes the
-// round's other calls, so each of those is woken once (settleLocalRound).
+// told.
 package queue
