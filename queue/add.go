@@ -54,11 +54,13 @@ func (b *Broker) AddJobs(reqs []AddRequest) []AddResult {
 		return b.addMixed(reqs)
 	}
 	call := &addCall{reqs: reqs, out: make([]AddResult, len(reqs))}
-	b.adds.run(call, b.addCalls, b.settleLocalRound)
-	if !call.settled {
-		b.settleAdd(call)
+	b.adds.run(call, b.addCalls)
+	if call.repl != nil {
+		// Whichever call of the round gets here first replicates for all
+		// of them; the others wait for it (sync.Once).
+		call.repl.once.Do(func() { b.replicateRound(call.repl) })
 	}
-	if err := call.waitErr; err != nil {
+	if err := call.pending.Wait(); err != nil {
 		for i := range call.out {
 			if call.out[i].Err == nil {
 				call.out[i] = AddResult{Err: wrapStore(err)}
@@ -449,33 +451,6 @@ type SyncPlanner interface {
 	SyncNodes(need []int) [][]string
 }
 
-// settleLocalRound is run by a round's leader before it wakes the round's
-// other calls (addCombiner.run): when none of the round's jobs replicates,
-// it waits for the round's durability (one store batch, one Pending), so
-// that each of the others is woken once, its round durable, instead of
-// once to wait and once more by the AOF's flush. A round with replicated
-// jobs is left as it was: its calls are woken at once, and the first to
-// get there replicates for all (settleAdd).
-func (b *Broker) settleLocalRound(leader *addCall, round []*addCall) {
-	if slices.ContainsFunc(round, func(c *addCall) bool { return c.repl != nil }) {
-		return
-	}
-	b.settleAdd(leader)
-}
-
-// settleAdd replicates call's jobs, if they replicate, and waits for its
-// round's durability; each call runs it unless its round's leader did
-// (settleLocalRound).
-func (b *Broker) settleAdd(call *addCall) {
-	if call.repl != nil {
-		// Whichever call of the round gets here first replicates for all
-		// of them; the others wait for it (sync.Once).
-		call.repl.once.Do(func() { b.replicateRound(call.repl) })
-	}
-	call.waitErr = call.pending.Wait()
-	call.settled = true
-}
-
 // addCall is one AddJobs call waiting in an addCombiner.
 type addCall struct {
 	reqs    []AddRequest
@@ -487,10 +462,6 @@ type addCall struct {
 	// wake tells a waiting call that it was applied (false) or that it
 	// leads the next round (true).
 	wake chan bool
-	// settled: settleAdd ran for this call, with waitErr its durability's
-	// outcome (the call's own goroutine only).
-	settled bool
-	waitErr error
 }
 
 // addCombiner merges concurrent AddJobs calls (flat combining). A call
@@ -513,10 +484,7 @@ type addCombiner struct {
 // GETJOBs and timers waiting behind it.
 const maxAddRound = 1024
 
-// settle, if not nil, is run by a round's leader, with its own call and
-// the round, after the round is applied and the next round's leader is
-// woken, and before the round's other calls are woken.
-func (c *addCombiner) run(call *addCall, apply func([]*addCall), settle func(leader *addCall, round []*addCall)) {
+func (c *addCombiner) run(call *addCall, apply func([]*addCall)) {
 	c.mu.Lock()
 	c.waiting = append(c.waiting, call)
 	lead := !c.running
@@ -556,9 +524,6 @@ func (c *addCombiner) run(call *addCall, apply func([]*addCall), settle func(lea
 		c.running = false
 	}
 	c.mu.Unlock()
-	if settle != nil {
-		settle(call, round)
-	}
 	for _, other := range round {
 		if other != call {
 			other.wake <- false

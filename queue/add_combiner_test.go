@@ -2,10 +2,7 @@ package queue
 
 import (
 	"fmt"
-	"runtime"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -38,7 +35,7 @@ func TestAddCombinerMergesWaitingCalls(t *testing.T) {
 	var wg sync.WaitGroup
 	start := func(i int) {
 		calls[i] = &addCall{reqs: make([]AddRequest, sizes[i]), out: make([]AddResult, sizes[i])}
-		wg.Go(func() { c.run(calls[i], apply, nil) })
+		wg.Go(func() { c.run(calls[i], apply) })
 	}
 	start(0)
 	waitFor(t, "the first round never started", func() bool { mu.Lock(); defer mu.Unlock(); return len(rounds) == 1 })
@@ -151,70 +148,5 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatal(what)
 		}
 		time.Sleep(time.Millisecond)
-	}
-}
-
-// TestAddCombinerSettlesBeforeWakingTheRound: the leader's settle runs once
-// per round, on its own call, before any other call of the round returns,
-// so a single node's round is woken once it is durable (settleLocalRound).
-func TestAddCombinerSettlesBeforeWakingTheRound(t *testing.T) {
-	var c addCombiner
-	release := make(chan struct{})
-	var mu sync.Mutex
-	applied := 0
-	apply := func(calls []*addCall) {
-		mu.Lock()
-		applied++
-		first := applied == 1
-		mu.Unlock()
-		if first {
-			<-release // the others queue up behind this round
-		}
-	}
-	const n = 6
-	calls := make([]*addCall, n)
-	returned := make([]atomic.Bool, n)
-	index := map[*addCall]int{}
-	var settles atomic.Int64
-	var bad atomic.Value
-	settle := func(leader *addCall, round []*addCall) {
-		settles.Add(1)
-		if !slices.Contains(round, leader) {
-			bad.Store("settle's leader is not in its round")
-		}
-		// Let any call woken already run to its return (a woken receiver
-		// is this P's next goroutine), so that a wake sent before settle
-		// shows.
-		for range len(round) {
-			runtime.Gosched()
-		}
-		for _, other := range round {
-			// Woken already: its wake sent (not yet taken) or returned.
-			if other != leader && (len(other.wake) > 0 || returned[index[other]].Load()) {
-				bad.Store(fmt.Sprintf("call %d returned before its round was settled", index[other]))
-			}
-		}
-	}
-	for i := range calls {
-		calls[i] = &addCall{reqs: make([]AddRequest, 1), out: make([]AddResult, 1)}
-		index[calls[i]] = i
-	}
-	var wg sync.WaitGroup
-	start := func(i int) {
-		wg.Go(func() { c.run(calls[i], apply, settle); returned[i].Store(true) })
-	}
-	start(0)
-	waitFor(t, "the first round never started", func() bool { mu.Lock(); defer mu.Unlock(); return applied == 1 })
-	for i := 1; i < n; i++ {
-		start(i)
-		waitFor(t, "a call never queued behind the round", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.waiting) == i })
-	}
-	close(release)
-	wg.Wait()
-	if v := bad.Load(); v != nil {
-		t.Fatal(v)
-	}
-	if settles.Load() != 2 {
-		t.Fatalf("%d settles for 2 rounds", settles.Load())
 	}
 }
