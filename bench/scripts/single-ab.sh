@@ -3,7 +3,8 @@
 # diskque-server builds side by side — alternating runs, a fresh server and data directory each run, the
 # load generators of shared/peers/vs-disque.sh (redis-benchmark for ADDJOB, qbench for GETJOB+ACKJOB).
 #   MODES: a subset of "memory everysec always" (default "everysec always"); REPS: runs per build (3).
-#   WORKLOADS="add1 getack1 add16 add1c1" picks workloads (add1c1: one client, pipeline 1, N1 ADDJOBs); N sets the ADDJOB count (200000); QBENCH the qbench binary
+#   WORKLOADS="add1 getack1 add16 add1c1" picks workloads (add1c1: one client, pipeline 1, N1 ADDJOBs;
+#   getack1b: getack1 with GETJOB TIMEOUT 2000; mixed: as vs-disque.sh); N sets the ADDJOB count (200000); QBENCH the qbench binary
 #   (default: built from ../shared/peers/qbench beside the repository).
 #   PROF=DIR saves a 5 s CPU profile of each run's server in DIR (the server gets --metrics-addr).
 # Prints, per (workload, mode, build), the median ops/s and the median server CPU (user+system from /proc,
@@ -45,12 +46,23 @@ rate() { sed -n 's/.*rate=\([0-9]*\) jobs.*/\1/p'; }
 prep_getack1() { "$qbench" -size ${BODY:-100} -addr 127.0.0.1:$p -mode add -n 100000 -conns 4 -pipeline 64 >/dev/null; }
 ops_getack1() { echo 100000; }
 w_getack1() { "$qbench" -size ${BODY:-100} -addr 127.0.0.1:$p -mode getack -count 1 -conns 50 | rate; }
+prep_getack1b() { prep_getack1; }
+ops_getack1b() { echo 100000; }
+w_getack1b() { # getack1 with a blocking GETJOB (TIMEOUT 2000 instead of NOHANG): jobs are always ready
+  "$qbench" -size ${BODY:-100} -addr 127.0.0.1:$p -mode getack -count 1 -conns 50 -timeout 2000 -n 100000 | rate; }
 ops_add1() { echo ${N:-200000}; }
 w_add1() { redis-benchmark -p $p -c 50 -n ${N:-200000} -P 1 --csv ADDJOB q "$body" 0 2>/dev/null | tail -1 | cut -d, -f2 | tr -d '"'; }
 ops_add1c1() { echo ${N1:-20000}; } # one client: a command's latency, hand-offs and all
 w_add1c1() { redis-benchmark -p $p -c 1 -n ${N1:-20000} -P 1 --csv ADDJOB q "$body" 0 2>/dev/null | tail -1 | cut -d, -f2 | tr -d '"'; }
 ops_add16() { echo ${N:-200000}; }
 w_add16() { redis-benchmark -p $p -c 50 -n ${N:-200000} -P 16 --csv ADDJOB q "$body" 0 2>/dev/null | tail -1 | cut -d, -f2 | tr -d '"'; }
+prep_mixed() { :; }
+ops_mixed() { echo 400000; }
+w_mixed() { # 8 producers (pipeline 16) and 4 consumers (GETJOB TIMEOUT COUNT 100 + ACKJOB) at once
+  "$qbench" -size ${BODY:-100} -addr 127.0.0.1:$p -mode add -n 400000 -conns 8 -pipeline 16 >/dev/null &
+  local pp=$!
+  "$qbench" -size ${BODY:-100} -addr 127.0.0.1:$p -mode getack -count 100 -conns 4 -timeout 2000 -n 400000 | rate
+  wait $pp; }
 median() { sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 for w in ${WORKLOADS:-add1 getack1 add16}; do
   for mode in $modes; do
