@@ -21,6 +21,12 @@ type GetRequest struct {
 	// nothing fails with ErrLeaving instead of blocking (NoHang still
 	// answers nil), and asks no other node for jobs (federation.go).
 	Leaving bool
+	// OnBlock, if set, is called when the GETJOB is about to block (it
+	// found nothing and is registered as a waiter), with no broker lock
+	// held; the context it returns replaces ctx for the wait, and stop is
+	// called when the wait ends. The server watches for the client's
+	// hang-up there, so that a GETJOB served at once pays nothing for it.
+	OnBlock func(ctx context.Context) (context.Context, func())
 }
 
 // Delivered is one job handed to a consumer.
@@ -166,6 +172,11 @@ func (b *Broker) GetJobs(ctx context.Context, req GetRequest) ([]Delivered, erro
 	b.stats.BlockedClients++
 	b.mu.Unlock()
 	b.sendNeedJobs(need)
+	if req.OnBlock != nil {
+		var stop func()
+		ctx, stop = req.OnBlock(ctx)
+		defer stop()
+	}
 
 	var timeout <-chan time.Time
 	if req.Timeout > 0 {

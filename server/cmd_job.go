@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -234,18 +236,23 @@ func cmdGetJob(s *Server, c *call) {
 		c.conn.WriteError(errReply)
 		return
 	}
-	ctx := s.ctx
 	if !req.NoHang {
-		// Replies to earlier pipelined commands go out before we block,
+		// Only once it blocks (none of this for a GETJOB served at once):
+		// replies to earlier pipelined commands go out before the wait,
 		// and a client that hangs up while blocked is not served a job.
-		flush(c.conn)
-		var stop func()
-		ctx, stop = watchPeer(s.ctx, c.conn.NetConn())
-		defer stop()
+		req.OnBlock = func(ctx context.Context) (context.Context, func()) {
+			if c.client.unflushed {
+				flush(c.conn)
+				c.client.unflushed = false
+			}
+			return watchPeer(ctx, c.conn.NetConn())
+		}
 	}
 	req.Leaving = s.leaving() // -LEAVING rather than block (Disque)
-	jobs, err := c.broker.GetJobs(ctx, req)
-	if err != nil && ctx.Err() == nil {
+	jobs, err := c.broker.GetJobs(s.ctx, req)
+	// A wait ended by the client's hang-up or the server's Close is
+	// answered with nothing, not an error.
+	if err != nil && !errors.Is(err, context.Canceled) && s.ctx.Err() == nil {
 		c.conn.WriteError(errorReply(err))
 		return
 	}

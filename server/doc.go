@@ -90,7 +90,12 @@
 // written out once they hold 1 MiB of job bodies instead of at the end of
 // the pipeline, so a consumer that asks for much and reads slowly blocks
 // its own connection, with at most that much plus one reply buffered for
-// it, and nobody else's. One reply is bounded too: GETJOB delivers at most
+// it, and nobody else's. Otherwise a pipeline's replies go out in one
+// write after its last command — a blocking GETJOB included when it finds
+// a job at once: only a GETJOB that does block (queue.GetRequest.OnBlock)
+// first writes the replies buffered before it and watches the socket for
+// the client's hang-up (watch.go), so that a client gone while it waits is
+// not served a job. One reply is bounded too: GETJOB delivers at most
 // queue.MaxGetCount jobs and about queue.MaxGetBytes (a larger COUNT gets
 // fewer), and a JSCAN reply lists at most jscanMaxItems jobs and, with
 // REPLY all, about jscanMaxBytes — BUSYLOOP included, which then returns a

@@ -175,6 +175,10 @@ type client struct {
 	// outBytes counts the job bodies written into the reply buffer since
 	// it was last flushed (the connection's goroutine only).
 	outBytes int64
+	// unflushed: replies were written into the reply buffer since it was
+	// last flushed (the connection's goroutine only), so a GETJOB about to
+	// block flushes them first; without them it spares the write(2).
+	unflushed bool
 
 	mu         sync.Mutex
 	name       string
@@ -396,6 +400,9 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	for i := 0; i < len(cmds); {
 		if refused != nil && refused[i] {
 			conn.WriteError(fmt.Sprintf(errBodyBudget, s.requestBudget()))
+			if cl != nil {
+				cl.unflushed = true
+			}
 			i++
 			continue
 		}
@@ -407,6 +414,9 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		}
 		n := s.execute(conn, cmds[i:end])
 		i += n
+		if cl != nil {
+			cl.unflushed = true
+		}
 		// The output limit for slow consumers: redcon buffers a whole
 		// pipeline's replies before writing them, so a client that sends
 		// many GETJOBs and reads slowly would make that buffer grow
@@ -415,11 +425,11 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		// reads: the server holds at most that plus one reply for it.
 		if cl != nil && cl.outBytes >= outputFlushBytes {
 			flush(conn)
-			cl.outBytes = 0
+			cl.outBytes, cl.unflushed = 0, false
 		}
 	}
 	if cl != nil {
-		cl.outBytes = 0 // redcon flushes after the handler
+		cl.outBytes, cl.unflushed = 0, false // redcon flushes after the handler
 	}
 }
 
