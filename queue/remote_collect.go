@@ -97,6 +97,18 @@ func (b *Broker) RemoteCollect(ops []CollectOp) (res []Collected, durable func()
 				return nil, durable, wrapStore(r.Err)
 			case !o.Delete && errors.Is(r.Err, storage.ErrNotFound):
 				unknown = append(unknown, i)
+			case !o.Delete && errors.Is(r.Err, storage.ErrWrongState):
+				// Acked already (a retried SETACK, a second collector,
+				// the id twice in the run, a dummy ack): as RemoteSetAck,
+				// known unless a dummy, and the job for the bookkeeping.
+				// Its ack may not be durable yet: the GOTACK waits
+				// for it too.
+				if j, err := b.st.Job(o.ID); err == nil && j.State == storage.StateAcked {
+					res[i] = Collected{Known: !j.IsDummyAck(), Job: j}
+					pending = pending.Join(b.st.AppliedPending())
+				} else if err != nil && errUnusable(err) {
+					return nil, durable, wrapStore(err)
+				}
 			}
 			continue // a delete of an id not here
 		}

@@ -114,6 +114,22 @@ func (p Pending) Wait() error {
 	return nil
 }
 
+// AppliedPending is the durability of every operation applied so far: a
+// caller that finds what it needs applied already (by another caller that
+// may not have waited for it yet) and writes nothing waits with it before
+// it tells anyone.
+func (s *Store) AppliedPending() Pending {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usableLocked(); err != nil {
+		return Pending{err: err}
+	}
+	if s.applied == 0 {
+		return Pending{}
+	}
+	return Pending{s: s, end: s.applied}
+}
+
 func (s *Store) apply(ops []*op, res []Result) Pending {
 	// The index's back-pressure, before mu: a writer never waits inside
 	// Pebble for a flush or a compaction with mu held (backpressure.go).
