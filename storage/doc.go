@@ -92,6 +92,13 @@
 // buffer created and then deleted never reaches Pebble, so a job added,
 // delivered and acked within one buffer costs Pebble nothing; what does
 // reach it is one large sorted batch, whose memtable inserts are cheap.
+// Deletions of keys Pebble holds that lie together within a queue's keys
+// or the schedule (a consumed queue head and its jobs' TTL events) reach
+// it as one range deletion per run, not a tombstone per key: the flush
+// walks Pebble over each run and cuts it at every key there that stays,
+// and writes the ranges before the batch's other writes, so a range
+// never deletes a key that stays or one the same flush writes
+// (write_buffer.go deletionRuns; Stats.RangedDeletions).
 // Whether a key is new to the index (so that deleting it needs no
 // tombstone) is derived from the job's state before the write, and the
 // buffer refuses a claim it can see is wrong; under invariants (race

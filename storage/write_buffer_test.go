@@ -17,7 +17,29 @@ import (
 // bounded scans in either direction and point lookups; and a key set and
 // deleted within one buffer never reaches Pebble.
 func TestWriteBufferMatchesPebble(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+	// Keys starting with 'j' are job keys, which the buffer keeps apart.
+	keys := []string{"a", "b", "ba", "bb", "c", "d", "e", "f", "fa", "g", "h", "i", "j", "ja", "jb", "jz", "k", "ka"}
+	checkBufferMatchesPebble(t, keys, rand.New(rand.NewPCG(1, 2)))
+}
+
+// TestWriteBufferDeletionRunsMatchPebble is TestWriteBufferMatchesPebble
+// over keys shaped like two queues' and the schedule's, with runs of two
+// deletions already made ranges (deletionRuns): a range never deletes a
+// key Pebble holds that stays, nor one the buffer writes in the same flush.
+func TestWriteBufferDeletionRunsMatchPebble(t *testing.T) {
+	defer func(n int) { minDeletionRun = n }(minDeletionRun)
+	minDeletionRun = 2
+	var keys []string
+	for i := range 6 {
+		keys = append(keys, string(queueKey("qa", uint64(i), fmt.Sprintf("%040d", i))),
+			string(queueKey("qb", uint64(i), fmt.Sprintf("%040d", i))),
+			string(scheduleKey(int64(i/2), EventTTL, fmt.Sprintf("%040d", i))))
+	}
+	keys = append(keys, "j1", "j2", "p1", "r1", "r2")
+	checkBufferMatchesPebble(t, keys, rand.New(rand.NewPCG(3, 4)))
+}
+
+func checkBufferMatchesPebble(t *testing.T, keys []string, rng *rand.Rand) {
 	open := func() *pebble.DB {
 		db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), DisableWAL: true, Logger: quietPebble{}})
 		if err != nil {
@@ -26,8 +48,6 @@ func TestWriteBufferMatchesPebble(t *testing.T) {
 		t.Cleanup(func() { db.Close() })
 		return db
 	}
-	// Keys starting with 'j' are job keys, which the buffer keeps apart.
-	keys := []string{"a", "b", "ba", "bb", "c", "d", "e", "f", "fa", "g", "h", "i", "j", "ja", "jb", "jz", "k", "ka"}
 	defer func(n int) { bufCursorChunk = n }(bufCursorChunk)
 	for round := range 300 {
 		bufCursorChunk = 1 + round%3 // scans cross chunk boundaries
