@@ -19,7 +19,7 @@ import (
 func TestWriteBufferMatchesPebble(t *testing.T) {
 	// Keys starting with 'j' are job keys, which the buffer keeps apart.
 	keys := []string{"a", "b", "ba", "bb", "c", "d", "e", "f", "fa", "g", "h", "i", "j", "ja", "jb", "jz", "k", "ka"}
-	checkBufferMatchesPebble(t, keys, rand.New(rand.NewPCG(1, 2)))
+	checkBufferMatchesPebble(t, keys, 300, rand.New(rand.NewPCG(1, 2)))
 }
 
 // TestWriteBufferDeletionRunsMatchPebble is TestWriteBufferMatchesPebble
@@ -36,10 +36,10 @@ func TestWriteBufferDeletionRunsMatchPebble(t *testing.T) {
 			string(scheduleKey(int64(i/2), EventTTL, fmt.Sprintf("%040d", i))))
 	}
 	keys = append(keys, "j1", "j2", "p1", "r1", "r2")
-	checkBufferMatchesPebble(t, keys, rand.New(rand.NewPCG(3, 4)))
+	checkBufferMatchesPebble(t, keys, 100, rand.New(rand.NewPCG(3, 4)))
 }
 
-func checkBufferMatchesPebble(t *testing.T, keys []string, rng *rand.Rand) {
+func checkBufferMatchesPebble(t *testing.T, keys []string, rounds int, rng *rand.Rand) {
 	open := func() *pebble.DB {
 		db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), DisableWAL: true, Logger: quietPebble{}})
 		if err != nil {
@@ -49,7 +49,7 @@ func checkBufferMatchesPebble(t *testing.T, keys []string, rng *rand.Rand) {
 		return db
 	}
 	defer func(n int) { bufCursorChunk = n }(bufCursorChunk)
-	for round := range 300 {
+	for round := range rounds {
 		bufCursorChunk = 1 + round%3 // scans cross chunk boundaries
 		direct := open()
 		s := &Store{db: open(), buf: newWriteBuffer()}
