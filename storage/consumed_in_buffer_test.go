@@ -24,7 +24,7 @@ func TestJobConsumedInTheBufferCostsPebbleNothing(t *testing.T) {
 		"working": {deliver, func(s *Store, id string) error { _, err := s.Working(id, 1<<41); return err }, del},
 		"dequeue+enqueue": {func(s *Store, id string) error { _, err := s.Dequeue(id); return err },
 			func(s *Store, id string) error { _, err := s.Queue(id, 1<<40); return err }, deliver, del},
-		"cluster ack": {deliver, func(s *Store, id string) error { _, err := s.Ack(id); return err }, del},
+		"cluster ack":   {deliver, func(s *Store, id string) error { _, err := s.Ack(id); return err }, del},
 		"deljob queued": {del},
 	}
 	for name, steps := range paths {
@@ -40,7 +40,7 @@ func TestJobConsumedInTheBufferCostsPebbleNothing(t *testing.T) {
 			}
 			b := s.NewBatch()
 			j := newTestJob(s.NodeID(), "q", 2e15, 60)
-			j.ID = "" // AddNew makes it
+			j.ID = ""                                                 // AddNew makes it
 			if err := b.AddNew(j, []byte("body"), 3600); err != nil { // the broker's ADDJOB
 				t.Fatal(err)
 			}
@@ -62,7 +62,7 @@ func TestJobConsumedInTheBufferCostsPebbleNothing(t *testing.T) {
 				}
 				return true
 			})
-			for _, m := range []map[string]*bufEntry{w.jobs, w.dels} {
+			for _, m := range []map[string]*bufEntry{w.jobs.m, w.sched.m, w.dels} {
 				for k := range m {
 					if strings.Contains(k, j.ID) {
 						left = append(left, k)

@@ -120,21 +120,21 @@ func checkBufferMatchesPebble(t *testing.T, keys []string, rounds int, rng *rand
 // held leaves a tombstone.
 func TestWriteBufferCancelsShortLivedKeys(t *testing.T) {
 	w := newWriteBuffer()
-	for _, p := range []string{"q", "j"} { // the tree, and the job keys' map
+	for _, p := range []string{"q", "j", "s"} { // the tree, and the job and schedule keys' maps
 		mustDo(t, w.Set([]byte(p+"new"), []byte("1"), true), w.Set([]byte(p+"new"), []byte("2"), false), w.Delete([]byte(p+"new")))
 		mustDo(t, w.Set([]byte(p+"old"), []byte("1"), false), w.Delete([]byte(p+"old")))
 	}
-	if w.t.Len() != 0 || len(w.dels) != 1 || len(w.jobs) != 1 {
-		t.Fatalf("%d + %d + %d entries, want only the old keys' tombstones", w.t.Len(), len(w.dels), len(w.jobs))
+	if w.t.Len() != 0 || len(w.dels) != 1 || len(w.jobs.m) != 1 || len(w.sched.m) != 1 {
+		t.Fatalf("%d + %d + %d + %d entries, want only the old keys' tombstones", w.t.Len(), len(w.dels), len(w.jobs.m), len(w.sched.m))
 	}
-	for _, k := range []string{"qold", "jold"} {
+	for _, k := range []string{"qold", "jold", "sold"} {
 		if e, ok := w.lookup([]byte(k)); !ok || !e.del {
 			t.Fatalf("%s: %+v, %v", k, e, ok)
 		}
 	}
 	w.reset()
-	if w.t.Len() != 0 || len(w.dels) != 0 || len(w.jobs) != 0 || len(w.rangeDels) != 0 || w.bytes != 0 {
-		t.Fatalf("reset left %d + %d + %d entries, %d bytes", w.t.Len(), len(w.dels), len(w.jobs), w.bytes)
+	if w.t.Len() != 0 || len(w.dels) != 0 || len(w.jobs.m) != 0 || len(w.sched.m) != 0 || len(w.rangeDels) != 0 || w.bytes != 0 {
+		t.Fatalf("reset left %d + %d + %d entries, %d bytes", w.t.Len(), len(w.dels), len(w.jobs.m), w.bytes)
 	}
 }
 
