@@ -546,7 +546,12 @@ func deletionFamily(key string) string {
 }
 
 // runsWithin is deletionRuns for one family's deletions, dels (in key
-// order, at least minDeletionRun of them).
+// order, at least minDeletionRun of them). The walk seeks past each key
+// that stays to the next deletion, and it gives up (the rest stay points)
+// once the runs it found are short on average: deletions scattered among
+// keys that stay (a million TTL events due in one millisecond, fired in
+// the wheel's order, not the keys') would cost it a seek each and save
+// nothing.
 func (w *writeBuffer) runsWithin(dels []*bufEntry) (points []*bufEntry, ranges [][2][]byte, err error) {
 	last := dels[len(dels)-1].key
 	it, err := w.pebble.NewIter(&pebble.IterOptions{
@@ -565,20 +570,36 @@ func (w *writeBuffer) runsWithin(dels []*bufEntry) (points []*bufEntry, ranges [
 		}
 		start = k
 	}
-	for ok := it.First(); ok; ok = it.Next() {
+	breaks := 0
+	for ok := it.First(); ok; {
 		key := unsafeString(it.Key())
 		for k < len(dels) && dels[k].key < key {
 			k++ // not in Pebble: deleting it inside a range is harmless
 		}
-		if k < len(dels) && dels[k].key == key {
+		if k == len(dels) {
+			break
+		}
+		if dels[k].key == key {
 			k++
+			ok = it.Next()
 			continue
 		}
 		cut() // Pebble holds key and it stays: no range may cover it
+		if breaks++; breaks >= 4 && k < breaks*minDeletionRun {
+			break // short runs: the rest stay points
+		}
+		ok = it.SeekGE(unsafeBytes(dels[k].key))
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return nil, nil, err
+	}
+	if breaks >= 4 && k < breaks*minDeletionRun {
+		points = append(points, dels[start:]...)
+		return points, ranges, nil
 	}
 	k = len(dels)
 	cut()
-	return points, ranges, errors.Join(it.Error(), it.Close())
+	return points, ranges, nil
 }
 
 // sortedEntries returns m's entries in key order.
