@@ -109,8 +109,12 @@
 // cannot be handed an id that exists. Reads see the buffer over Pebble,
 // and a range deletion (FLUSHALL) hides the Pebble keys it covers from the
 // moment it is buffered, not only once it is flushed. Job keys, random
-// and only looked up in the hot path, sit in a map beside the buffer's
-// btree and are sorted when a flush or a JSCAN needs them in order; so do the deletions of keys Pebble
+// and only looked up in the hot path, and schedule keys, only scanned by
+// the timer loader minutes apart and mostly dead within one buffer (a
+// delivered job's retry event, an acked job's TTL event), sit in maps
+// beside the buffer's btree and are sorted when a flush, a JSCAN or the
+// loader needs them in order (schedule keys from the order they were
+// written, nearly sorted); so do the deletions of keys Pebble
 // holds, which a scan only needs to hide Pebble's keys. Job and queue keys
 // keep the job they encode, so reads through the buffer do not decode it
 // (and a new job skips the job cache: the buffer holds it until Pebble
