@@ -92,6 +92,13 @@
 // buffer created and then deleted never reaches Pebble, so a job added,
 // delivered and acked within one buffer costs Pebble nothing; what does
 // reach it is one large sorted batch, whose memtable inserts are cheap.
+// Deletions of keys Pebble holds that lie together within a queue's keys
+// or the schedule (a consumed queue head and its jobs' TTL events) reach
+// it as one range deletion per run, not a tombstone per key: the flush
+// walks Pebble over each run and cuts it at every key there that stays,
+// and writes the ranges before the batch's other writes, so a range
+// never deletes a key that stays or one the same flush writes
+// (write_buffer.go deletionRuns; Stats.RangedDeletions).
 // Whether a key is new to the index (so that deleting it needs no
 // tombstone) is derived from the job's state before the write, and the
 // buffer refuses a claim it can see is wrong; under invariants (race
@@ -102,8 +109,12 @@
 // cannot be handed an id that exists. Reads see the buffer over Pebble,
 // and a range deletion (FLUSHALL) hides the Pebble keys it covers from the
 // moment it is buffered, not only once it is flushed. Job keys, random
-// and only looked up in the hot path, sit in a map beside the buffer's
-// btree and are sorted when a flush or a JSCAN needs them in order; so do the deletions of keys Pebble
+// and only looked up in the hot path, and schedule keys, only scanned by
+// the timer loader minutes apart and mostly dead within one buffer (a
+// delivered job's retry event, an acked job's TTL event), sit in maps
+// beside the buffer's btree and are sorted when a flush, a JSCAN or the
+// loader needs them in order (schedule keys from the order they were
+// written, nearly sorted); so do the deletions of keys Pebble
 // holds, which a scan only needs to hide Pebble's keys. Job and queue keys
 // keep the job they encode, so reads through the buffer do not decode it
 // (and a new job skips the job cache: the buffer holds it until Pebble

@@ -328,6 +328,12 @@ type Stats struct {
 	// since Open.
 	WriteBufferBytes   int64
 	WriteBufferFlushes int64
+	// RangedDeletions counts the deletions the write buffer's flushes gave
+	// Pebble inside a range deletion rather than as point tombstones (a
+	// consumed queue head, write_buffer.go deletionRuns), DeletionRanges
+	// those ranges, since Open.
+	RangedDeletions int64
+	DeletionRanges  int64
 	// Verify is the background verification of the sealed AOF segments.
 	Verify VerifyStats
 }
@@ -366,7 +372,8 @@ func (s *Store) Stats() Stats {
 // countersLocked is Stats' in-memory part. mu is held.
 func (s *Store) countersLocked() Stats {
 	st := Stats{Jobs: s.jobs, Queues: len(s.queued), Applied: s.applied, Collect: s.collected,
-		WriteBufferBytes: s.buf.bytes, WriteBufferFlushes: s.buf.flushes, Verify: s.verifyStats()}
+		WriteBufferBytes: s.buf.bytes, WriteBufferFlushes: s.buf.flushes,
+		RangedDeletions: s.buf.rangedDeletions, DeletionRanges: s.buf.deletionRanges, Verify: s.verifyStats()}
 	for _, n := range s.queued {
 		st.Queued += n
 	}

@@ -33,22 +33,30 @@ import (
 // recovery replays the AOF after it as before. Reads see the buffer over
 // Pebble (Store.getBuffered, Store.scanMerged). Guarded by Store.mu.
 type writeBuffer struct {
-	// t holds every key but the job keys, which go to jobs: they are random
-	// (a btree insert is a dozen comparisons, each a cache miss, the
-	// dearest part of a write into the buffer) and only looked up in the
-	// hot path; the few scans over them (JSCAN, and each flush) sort them
-	// then (sortedJobs).
-	t    *btree.BTreeG[*bufEntry]
-	jobs map[string]*bufEntry
+	// t holds every key but the job keys and the schedule keys, which go
+	// to maps (hashedKeys). Job keys are random (a btree insert is a dozen
+	// comparisons, each a cache miss, the dearest part of a write into the
+	// buffer) and only looked up in the hot path; schedule keys are only
+	// scanned by the timer loader, minutes apart, and mostly live and die
+	// within one buffer (a delivered job's retry event, an acked job's TTL
+	// event), where a tree insert and delete each were a tenth of a
+	// server's CPU under producers and consumers at once. The few scans
+	// over either (JSCAN, the loader, each flush) sort them then.
+	t     *btree.BTreeG[*bufEntry]
+	jobs  hashedKeys
+	sched hashedKeys
 	// dels holds the deletions of keys (other than job keys) that Pebble
 	// may hold: tombstones only filter Pebble's keys in a scan, so they need
 	// no order until a flush. A consumer's deletions (queue and schedule
 	// keys of jobs long in the backlog) were a tenth of its CPU as tree
 	// inserts. A key is in t or in dels, not both.
 	dels map[string]*bufEntry
-	// jobsSorted is jobs in key order, built by sortedJobs; nil once a job
-	// key is written again.
-	jobsSorted []*bufEntry
+	// delOrder is dels' entries in the order they were made (with entries
+	// since replaced or dropped, which sortedDels skips): a consumer deletes
+	// a queue's head and the jobs' TTL events in nearly key order, which
+	// sorts in about linear time, where the map's order sorted at random
+	// was a tenth of a consuming server's CPU.
+	delOrder []*bufEntry
 	// bytes is the memory taken since the last flush: keys, values and
 	// entries, counting what later writes replaced (the flush trigger).
 	bytes int64
@@ -66,6 +74,10 @@ type writeBuffer struct {
 	arena   []byte
 	// flushes counts the buffer's flushes (Stats).
 	flushes int64
+	// rangedDeletions counts the deletions given to Pebble inside a range
+	// (deletionRuns) rather than as point tombstones, and deletionRanges
+	// those ranges (Stats).
+	rangedDeletions, deletionRanges int64
 }
 
 type bufEntry struct {
@@ -94,13 +106,92 @@ const (
 
 func newWriteBuffer() *writeBuffer {
 	return &writeBuffer{
-		t:    btree.NewG(32, func(a, b *bufEntry) bool { return a.key < b.key }),
-		jobs: map[string]*bufEntry{},
-		dels: map[string]*bufEntry{},
+		t:     btree.NewG(32, func(a, b *bufEntry) bool { return a.key < b.key }),
+		jobs:  hashedKeys{m: map[string]*bufEntry{}, prefix: prefixJob},
+		sched: hashedKeys{m: map[string]*bufEntry{}, prefix: prefixSchedule, ordered: true},
+		dels:  map[string]*bufEntry{},
 	}
 }
 
-// isJobKey says whether key goes to the buffer's jobs map.
+// hashedKeys is one family of keys the buffer keeps in a map rather than
+// its tree: every key starting with prefix, with its last write (a value or
+// a deletion). A key of the family is in m and nowhere else in the buffer.
+type hashedKeys struct {
+	m      map[string]*bufEntry
+	prefix byte
+	// ordered: the family's keys are mostly written in key order (the
+	// schedule: due times), so order (every entry made, in the order made,
+	// with those since replaced, which sorted skips) sorts in about linear
+	// time; for random keys (jobs) it is not kept.
+	ordered bool
+	order   []*bufEntry
+	// sortedCache is m in key order, built by sorted; nil once a key is
+	// written again.
+	sortedCache []*bufEntry
+}
+
+// hashed returns the family of hashed keys key belongs to, or nil (a key
+// of the tree).
+func (w *writeBuffer) hashed(key []byte) *hashedKeys {
+	if len(key) == 0 {
+		return nil
+	}
+	switch key[0] {
+	case prefixJob:
+		return &w.jobs
+	case prefixSchedule:
+		return &w.sched
+	}
+	return nil
+}
+
+func (h *hashedKeys) put(e *bufEntry) {
+	h.m[e.key] = e
+	h.sortedCache = nil
+	if h.ordered {
+		h.order = append(h.order, e)
+	}
+}
+
+func (h *hashedKeys) drop(key string) {
+	delete(h.m, key)
+	h.sortedCache = nil
+}
+
+// sorted returns the family's entries in key order.
+func (h *hashedKeys) sorted() []*bufEntry {
+	if h.sortedCache != nil || len(h.m) == 0 {
+		return h.sortedCache
+	}
+	if !h.ordered {
+		h.sortedCache = sortedEntries(h.m)
+		return h.sortedCache
+	}
+	es := make([]*bufEntry, 0, len(h.m))
+	for _, e := range h.order {
+		if h.m[e.key] == e { // not replaced or dropped since
+			es = append(es, e)
+		}
+	}
+	slices.SortFunc(es, cmpEntryKey)
+	h.sortedCache = es
+	return es
+}
+
+// within reports whether the family may hold keys in [lower, upper)
+// (upper "": no bound).
+func (h *hashedKeys) within(lower, upper string) bool {
+	return len(h.m) > 0 && (upper == "" || upper > string([]byte{h.prefix})) && lower < string([]byte{h.prefix + 1})
+}
+
+func (h *hashedKeys) reset() {
+	clear(h.m)
+	clear(h.order)
+	h.order = h.order[:0]
+	h.sortedCache = nil
+}
+
+// isJobKey says whether key is a job key (the buffer's jobs map).
 func isJobKey(key []byte) bool { return len(key) > 0 && key[0] == prefixJob }
 
 // alloc returns a copy of b, in the arena unless b is large.
@@ -144,8 +235,8 @@ var rangeDeleted = &bufEntry{del: true}
 // (rangeDeleted for a key a pending range deletion covers); false when the
 // buffer knows nothing of it (read Pebble then).
 func (w *writeBuffer) lookup(key []byte) (*bufEntry, bool) {
-	if isJobKey(key) {
-		e, ok := w.jobs[unsafeString(key)]
+	if h := w.hashed(key); h != nil {
+		e, ok := h.m[unsafeString(key)]
 		if !ok && w.covered(key) {
 			return rangeDeleted, true
 		}
@@ -182,8 +273,8 @@ func (w *writeBuffer) Set(key, value []byte, fresh bool) error {
 
 // SetJob is Set keeping j, the job value encodes, beside it.
 func (w *writeBuffer) SetJob(key, value []byte, fresh bool, j *Job) error {
-	if isJobKey(key) {
-		old, ok := w.jobs[unsafeString(key)]
+	if h := w.hashed(key); h != nil {
+		old, ok := h.m[unsafeString(key)]
 		if ok && fresh && !old.del {
 			return freshClaimError(key)
 		}
@@ -192,8 +283,7 @@ func (w *writeBuffer) SetJob(key, value []byte, fresh bool, j *Job) error {
 		if ok {
 			e.fresh = old.fresh
 		}
-		w.jobs[e.key] = e
-		w.jobsSorted = nil
+		h.put(e)
 		return nil
 	}
 	e := w.newEntry(key, value, false, fresh)
@@ -224,16 +314,15 @@ func freshClaimError(key []byte) error {
 // Pebble's value back, so it fails with ErrIndexInvariant instead.
 func (w *writeBuffer) Delete(key []byte) error {
 	e := w.newEntry(key, nil, true, false)
-	if isJobKey(key) {
-		if old, ok := w.jobs[e.key]; ok && old.fresh {
+	if h := w.hashed(key); h != nil {
+		if old, ok := h.m[e.key]; ok && old.fresh {
 			if err := w.checkNotInPebble(key); err != nil {
 				return err
 			}
-			delete(w.jobs, e.key)
+			h.drop(e.key)
 		} else {
-			w.jobs[e.key] = e
+			h.put(e)
 		}
-		w.jobsSorted = nil
 		return nil
 	}
 	if old, ok := w.t.Delete(e); ok && old.fresh {
@@ -244,7 +333,20 @@ func (w *writeBuffer) Delete(key []byte) error {
 		return nil
 	}
 	w.dels[e.key] = e
+	w.delOrder = append(w.delOrder, e)
 	return nil
+}
+
+// sortedDels returns the entries of dels in key order.
+func (w *writeBuffer) sortedDels() []*bufEntry {
+	es := make([]*bufEntry, 0, len(w.dels))
+	for _, e := range w.delOrder {
+		if w.dels[e.key] == e { // not replaced or dropped since
+			es = append(es, e)
+		}
+	}
+	slices.SortFunc(es, cmpEntryKey)
+	return es
 }
 
 // checkNotInPebble is Delete's invariants check of a fresh key (a no-op
@@ -265,7 +367,7 @@ func (w *writeBuffer) checkNotInPebble(key []byte) error {
 		ErrIndexInvariant, key)
 }
 
-// deleted reports whether key (not a job key) is deleted by the buffer:
+// deleted reports whether key (of the tree) is deleted by the buffer:
 // a deletion of it, or a pending range deletion over it.
 func (w *writeBuffer) deleted(key []byte) bool {
 	_, ok := w.dels[unsafeString(key)]
@@ -295,27 +397,50 @@ func (w *writeBuffer) DeleteRange(start, end []byte) error {
 	for _, e := range drop {
 		w.t.Delete(e)
 	}
-	for _, m := range []map[string]*bufEntry{w.jobs, w.dels} {
+	for _, m := range []map[string]*bufEntry{w.jobs.m, w.sched.m, w.dels} {
 		for k := range m {
 			if k >= string(start) && k < string(end) {
 				delete(m, k)
 			}
 		}
 	}
-	w.jobsSorted = nil
+	w.jobs.sortedCache, w.sched.sortedCache = nil, nil
 	w.rangeDels = append(w.rangeDels, [2][]byte{bytes.Clone(start), bytes.Clone(end)})
 	return nil
 }
 
-// emit writes the buffer into pb: the range deletions, then every entry in
-// key order.
+// emit writes the buffer into pb: the range deletions (FLUSHALL's, and
+// the runs of deletions that deletionRuns turns into ranges), then every
+// entry in key order. The ranges come first: a write of a key inside one
+// that follows it in the batch has the later sequence number, and stays.
 func (w *writeBuffer) emit(pb *pebble.Batch) error {
 	for _, r := range w.rangeDels {
 		if err := pb.DeleteRange(r[0], r[1], nil); err != nil {
 			return err
 		}
 	}
-	var err error
+	// The schedule's deletions join the tree's for the runs (a schedule
+	// key sorts after every key dels holds but the resume set's: merge).
+	var schedSets, schedDels []*bufEntry
+	for _, e := range w.sched.sorted() {
+		if e.del {
+			schedDels = append(schedDels, e)
+		} else {
+			schedSets = append(schedSets, e)
+		}
+	}
+	dels := mergeSorted(w.sortedDels(), schedDels)
+	points, ranges, err := w.deletionRuns(dels)
+	if err != nil {
+		return err
+	}
+	for _, r := range ranges {
+		if err := pb.DeleteRange(r[0], r[1], nil); err != nil {
+			return err
+		}
+	}
+	w.rangedDeletions += int64(len(dels) - len(points))
+	w.deletionRanges += int64(len(ranges))
 	put := func(e *bufEntry) bool {
 		// The batch copies key and value.
 		if e.del {
@@ -326,28 +451,155 @@ func (w *writeBuffer) emit(pb *pebble.Batch) error {
 		return err == nil
 	}
 	// Runs in key order, which Pebble's memtable inserts fastest: the tree
-	// around the job keys (they sit between the others, keys.go), then the
-	// deletions of keys Pebble holds.
+	// around the job and schedule keys (they sit between the others,
+	// keys.go), then the deletions of keys Pebble holds.
 	jobsFrom := &bufEntry{key: string([]byte{prefixJob})}
+	schedFrom := &bufEntry{key: string([]byte{prefixSchedule})}
 	w.t.AscendLessThan(jobsFrom, put)
-	for _, e := range w.sortedJobs() {
+	for _, e := range w.jobs.sorted() {
 		if !put(e) {
 			return err
 		}
 	}
 	if err == nil {
-		w.t.AscendGreaterOrEqual(jobsFrom, put)
+		w.t.AscendRange(jobsFrom, schedFrom, put)
+	}
+	for _, e := range schedSets {
+		if err != nil || !put(e) {
+			return err
+		}
 	}
 	if err == nil {
-		// Mostly runs of neighbours (a queue's head, the schedule's next
-		// due): cheap to sort.
-		for _, e := range sortedEntries(w.dels) {
+		w.t.AscendGreaterOrEqual(schedFrom, put)
+	}
+	if err == nil {
+		for _, e := range points {
 			if !put(e) {
 				break
 			}
 		}
 	}
 	return err
+}
+
+// minDeletionRun is the fewest neighbouring deletions deletionRuns turns
+// into one range deletion: a range costs Pebble two keys to write, and a
+// fragment for every read that crosses it, so a short run stays points.
+// A variable so that tests can make runs short.
+var minDeletionRun = 16
+
+// deletionRuns splits dels (the buffer's deletions of keys Pebble may hold,
+// in key order) into the ones to write as point deletions and ranges
+// [start, end) that delete the rest. Consumption deletes a queue's head —
+// the queue keys of the jobs delivered, and the TTL events of the jobs
+// acked, which were added together and so lie together in the schedule —
+// and a hundred neighbouring point tombstones are a hundred memtable
+// inserts, a hundred keys flushed and compacted, where one range deletion
+// is two. A run is a stretch of deletions within one key family (one
+// queue's keys, or the schedule) between which Pebble holds no key that
+// stays: it walks Pebble over each candidate stretch and cuts the run at
+// every key it finds that is not being deleted. Keys the buffer writes
+// inside a range are emitted after it and stay (emit). Keys of other
+// families (resume, pause, holds, counters: few) stay points.
+func (w *writeBuffer) deletionRuns(dels []*bufEntry) (points []*bufEntry, ranges [][2][]byte, err error) {
+	if w.pebble == nil || len(dels) < minDeletionRun {
+		return dels, nil, nil
+	}
+	points = make([]*bufEntry, 0, len(dels))
+	for i := 0; i < len(dels); {
+		fam := deletionFamily(dels[i].key)
+		j := i + 1
+		for j < len(dels) && fam != "" && strings.HasPrefix(dels[j].key, fam) {
+			j++
+		}
+		if fam == "" || j-i < minDeletionRun {
+			points = append(points, dels[i:j]...)
+			i = j
+			continue
+		}
+		p, r, err := w.runsWithin(dels[i:j])
+		if err != nil {
+			return nil, nil, err
+		}
+		points = append(points, p...)
+		ranges = append(ranges, r...)
+		i = j
+	}
+	return points, ranges, nil // points are in key order: taken from dels in order
+}
+
+// deletionFamily is the prefix within which neighbouring deletions may
+// become one range: a queue's keys (q <len> <queue>) or the schedule (s);
+// "" for any other key.
+func deletionFamily(key string) string {
+	switch {
+	case len(key) >= 3 && key[0] == prefixQueue:
+		n := 3 + (int(key[1])<<8 | int(key[2]))
+		if n > len(key) {
+			return ""
+		}
+		return key[:n]
+	case len(key) > 0 && key[0] == prefixSchedule:
+		return key[:1]
+	}
+	return ""
+}
+
+// runsWithin is deletionRuns for one family's deletions, dels (in key
+// order, at least minDeletionRun of them). The walk seeks past each key
+// that stays to the next deletion, and it gives up (the rest stay points)
+// once the runs it found are short on average: deletions scattered among
+// keys that stay (a million TTL events due in one millisecond, fired in
+// the wheel's order, not the keys') would cost it a seek each and save
+// nothing.
+func (w *writeBuffer) runsWithin(dels []*bufEntry) (points []*bufEntry, ranges [][2][]byte, err error) {
+	last := dels[len(dels)-1].key
+	it, err := w.pebble.NewIter(&pebble.IterOptions{
+		LowerBound: unsafeBytes(dels[0].key),
+		UpperBound: append([]byte(last), 0),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	start, k := 0, 0 // dels[start:k] is the run so far
+	cut := func() {
+		if k-start >= minDeletionRun {
+			ranges = append(ranges, [2][]byte{[]byte(dels[start].key), append([]byte(dels[k-1].key), 0)})
+		} else {
+			points = append(points, dels[start:k]...)
+		}
+		start = k
+	}
+	breaks := 0
+	for ok := it.First(); ok; {
+		key := unsafeString(it.Key())
+		for k < len(dels) && dels[k].key < key {
+			k++ // not in Pebble: deleting it inside a range is harmless
+		}
+		if k == len(dels) {
+			break
+		}
+		if dels[k].key == key {
+			k++
+			ok = it.Next()
+			continue
+		}
+		cut() // Pebble holds key and it stays: no range may cover it
+		if breaks++; breaks >= 4 && k < breaks*minDeletionRun {
+			break // short runs: the rest stay points
+		}
+		ok = it.SeekGE(unsafeBytes(dels[k].key))
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return nil, nil, err
+	}
+	if breaks >= 4 && k < breaks*minDeletionRun {
+		points = append(points, dels[start:]...)
+		return points, ranges, nil
+	}
+	k = len(dels)
+	cut()
+	return points, ranges, nil
 }
 
 // sortedEntries returns m's entries in key order.
@@ -362,12 +614,20 @@ func sortedEntries(m map[string]*bufEntry) []*bufEntry {
 
 func cmpEntryKey(a, b *bufEntry) int { return strings.Compare(a.key, b.key) }
 
-// sortedJobs returns the buffer's job entries in key order.
-func (w *writeBuffer) sortedJobs() []*bufEntry {
-	if w.jobsSorted == nil && len(w.jobs) > 0 {
-		w.jobsSorted = sortedEntries(w.jobs)
+// mergeSorted merges two slices of entries in key order.
+func mergeSorted(a, b []*bufEntry) []*bufEntry {
+	if len(b) == 0 {
+		return a
 	}
-	return w.jobsSorted
+	out := make([]*bufEntry, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if a[0].key < b[0].key {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 // reset empties the buffer. The slabs are left to the garbage collector:
@@ -375,9 +635,11 @@ func (w *writeBuffer) sortedJobs() []*bufEntry {
 // they keep.
 func (w *writeBuffer) reset() {
 	w.t.Clear(true)
-	clear(w.jobs)
+	w.jobs.reset()
+	w.sched.reset()
 	clear(w.dels)
-	w.jobsSorted = nil
+	clear(w.delOrder)
+	w.delOrder = w.delOrder[:0]
 	w.bytes = 0
 	w.rangeDels = nil
 	w.entries, w.arena = nil, nil
@@ -389,20 +651,23 @@ type entryCursor interface{ next() *bufEntry }
 // cursor walks the buffer's entries in [lower, upper) (upper "": no bound)
 // in order, or reverse order.
 func (w *writeBuffer) cursor(lower, upper string, reverse bool) entryCursor {
-	tc := &bufCursor{w: w, lower: lower, upper: upper, reverse: reverse}
-	if len(w.jobs) == 0 || (upper != "" && upper <= string([]byte{prefixJob})) || lower >= string([]byte{prefixJob + 1}) {
-		return tc
+	var c entryCursor = &bufCursor{w: w, lower: lower, upper: upper, reverse: reverse}
+	for _, h := range []*hashedKeys{&w.jobs, &w.sched} {
+		if !h.within(lower, upper) {
+			continue
+		}
+		es := h.sorted()
+		at := func(k string) int {
+			i, _ := slices.BinarySearchFunc(es, k, func(e *bufEntry, k string) int { return strings.Compare(e.key, k) })
+			return i
+		}
+		lo, hi := at(lower), len(es)
+		if upper != "" {
+			hi = at(upper)
+		}
+		c = &twoCursor{a: c, b: &sliceCursor{es: es[lo:max(lo, hi)], reverse: reverse}, reverse: reverse}
 	}
-	js := w.sortedJobs()
-	at := func(k string) int {
-		i, _ := slices.BinarySearchFunc(js, k, func(e *bufEntry, k string) int { return strings.Compare(e.key, k) })
-		return i
-	}
-	lo, hi := at(lower), len(js)
-	if upper != "" {
-		hi = at(upper)
-	}
-	return &twoCursor{a: tc, b: &sliceCursor{es: js[lo:max(lo, hi)], reverse: reverse}, reverse: reverse}
+	return c
 }
 
 // sliceCursor walks a sorted slice of entries.

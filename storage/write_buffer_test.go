@@ -17,7 +17,29 @@ import (
 // bounded scans in either direction and point lookups; and a key set and
 // deleted within one buffer never reaches Pebble.
 func TestWriteBufferMatchesPebble(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+	// Keys starting with 'j' are job keys, which the buffer keeps apart.
+	keys := []string{"a", "b", "ba", "bb", "c", "d", "e", "f", "fa", "g", "h", "i", "j", "ja", "jb", "jz", "k", "ka"}
+	checkBufferMatchesPebble(t, keys, 300, rand.New(rand.NewPCG(1, 2)))
+}
+
+// TestWriteBufferDeletionRunsMatchPebble is TestWriteBufferMatchesPebble
+// over keys shaped like two queues' and the schedule's, with runs of two
+// deletions already made ranges (deletionRuns): a range never deletes a
+// key Pebble holds that stays, nor one the buffer writes in the same flush.
+func TestWriteBufferDeletionRunsMatchPebble(t *testing.T) {
+	defer func(n int) { minDeletionRun = n }(minDeletionRun)
+	minDeletionRun = 2
+	var keys []string
+	for i := range 6 {
+		keys = append(keys, string(queueKey("qa", uint64(i), fmt.Sprintf("%040d", i))),
+			string(queueKey("qb", uint64(i), fmt.Sprintf("%040d", i))),
+			string(scheduleKey(int64(i/2), EventTTL, fmt.Sprintf("%040d", i))))
+	}
+	keys = append(keys, "j1", "j2", "p1", "r1", "r2")
+	checkBufferMatchesPebble(t, keys, 100, rand.New(rand.NewPCG(3, 4)))
+}
+
+func checkBufferMatchesPebble(t *testing.T, keys []string, rounds int, rng *rand.Rand) {
 	open := func() *pebble.DB {
 		db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), DisableWAL: true, Logger: quietPebble{}})
 		if err != nil {
@@ -26,10 +48,8 @@ func TestWriteBufferMatchesPebble(t *testing.T) {
 		t.Cleanup(func() { db.Close() })
 		return db
 	}
-	// Keys starting with 'j' are job keys, which the buffer keeps apart.
-	keys := []string{"a", "b", "ba", "bb", "c", "d", "e", "f", "fa", "g", "h", "i", "j", "ja", "jb", "jz", "k", "ka"}
 	defer func(n int) { bufCursorChunk = n }(bufCursorChunk)
-	for round := range 300 {
+	for round := range rounds {
 		bufCursorChunk = 1 + round%3 // scans cross chunk boundaries
 		direct := open()
 		s := &Store{db: open(), buf: newWriteBuffer()}
@@ -100,21 +120,21 @@ func TestWriteBufferMatchesPebble(t *testing.T) {
 // held leaves a tombstone.
 func TestWriteBufferCancelsShortLivedKeys(t *testing.T) {
 	w := newWriteBuffer()
-	for _, p := range []string{"q", "j"} { // the tree, and the job keys' map
+	for _, p := range []string{"q", "j", "s"} { // the tree, and the job and schedule keys' maps
 		mustDo(t, w.Set([]byte(p+"new"), []byte("1"), true), w.Set([]byte(p+"new"), []byte("2"), false), w.Delete([]byte(p+"new")))
 		mustDo(t, w.Set([]byte(p+"old"), []byte("1"), false), w.Delete([]byte(p+"old")))
 	}
-	if w.t.Len() != 0 || len(w.dels) != 1 || len(w.jobs) != 1 {
-		t.Fatalf("%d + %d + %d entries, want only the old keys' tombstones", w.t.Len(), len(w.dels), len(w.jobs))
+	if w.t.Len() != 0 || len(w.dels) != 1 || len(w.jobs.m) != 1 || len(w.sched.m) != 1 {
+		t.Fatalf("%d + %d + %d + %d entries, want only the old keys' tombstones", w.t.Len(), len(w.dels), len(w.jobs.m), len(w.sched.m))
 	}
-	for _, k := range []string{"qold", "jold"} {
+	for _, k := range []string{"qold", "jold", "sold"} {
 		if e, ok := w.lookup([]byte(k)); !ok || !e.del {
 			t.Fatalf("%s: %+v, %v", k, e, ok)
 		}
 	}
 	w.reset()
-	if w.t.Len() != 0 || len(w.dels) != 0 || len(w.jobs) != 0 || len(w.rangeDels) != 0 || w.bytes != 0 {
-		t.Fatalf("reset left %d + %d + %d entries, %d bytes", w.t.Len(), len(w.dels), len(w.jobs), w.bytes)
+	if w.t.Len() != 0 || len(w.dels) != 0 || len(w.jobs.m) != 0 || len(w.sched.m) != 0 || len(w.rangeDels) != 0 || w.bytes != 0 {
+		t.Fatalf("reset left %d + %d + %d entries, %d bytes", w.t.Len(), len(w.dels), len(w.jobs.m), w.bytes)
 	}
 }
 

@@ -1,0 +1,48 @@
+#!/bin/bash
+# consume-ab.sh REPS MODE BIN...: alternating runs of vs-disque.sh's consume and mixed workloads (the same
+# qbench load) against each diskque-server build, fresh each run; prints jobs/s and the server's CPU-µs per job
+# (user+system from /proc, over the consume phase only for consume). MODE: memory, everysec or always.
+# WL="consume mixed" picks workloads, N the consume backlog (200000), QB the qbench binary
+# (build it: cd ../shared/peers/qbench && go build -o /tmp/qbench .), EXTRA more server flags.
+set -u
+reps=$1 mode=$2; shift 2
+QB=${QB:-/tmp/qbench}
+body=$(head -c 100 /dev/zero | tr '\0' x)
+hz=$(getconf CLK_TCK)
+port() { python3 -c '
+import socket,random
+while True:
+    p=random.randint(21000,29000)
+    try:
+        for q in (p,p+10000):
+            s=socket.socket(); s.bind(("127.0.0.1",q)); s.close()
+        print(p); break
+    except OSError: pass'; }
+cpu() { awk '{print $14+$15}' /proc/$1/stat; }
+rate() { sed -n 's/.*rate=\([0-9]*\) jobs.*/\1/p'; }
+for r in $(seq $reps); do
+ for bin in "$@"; do
+  for w in ${WL:-consume mixed}; do
+   p=$(port); d=$(mktemp -d)
+   if [ "$mode" = memory ]; then "$bin" --port $p --dir $d --appendonly no ${EXTRA:-} >$d.log 2>&1 &
+   else "$bin" --port $p --dir $d --appendonly yes --appendfsync $mode ${EXTRA:-} >$d.log 2>&1 & fi
+   pid=$!
+   for i in $(seq 200); do redis-cli -p $p info persistence 2>/dev/null | grep -q "^loading:0" && break; sleep 0.05; done
+   if [ $w = consume ]; then
+     $QB -size 100 -addr 127.0.0.1:$p -mode add -n ${N:-200000} -conns 4 -pipeline 64 >/dev/null
+     c0=$(cpu $pid); t0=$(date +%s.%N)
+     rt=$($QB -size 100 -addr 127.0.0.1:$p -mode getack -count 100 -conns 4 | rate)
+     c1=$(cpu $pid); n=${N:-200000}
+   else
+     c0=$(cpu $pid)
+     $QB -size 100 -addr 127.0.0.1:$p -mode add -n 400000 -conns 8 -pipeline 16 > $d.mp &
+     pp=$!
+     rt=$($QB -size 100 -addr 127.0.0.1:$p -mode getack -count 100 -conns 4 -timeout 2000 -n 400000 | rate)
+     wait $pp; c1=$(cpu $pid); n=400000
+   fi
+   us=$(echo "$c0 $c1 $n $hz" | awk '{printf "%.2f", ($2-$1)/$4*1e6/$3}')
+   echo "$(basename $bin) $mode $w rate=$rt cpu_us_per_job=$us load=$(cut -d' ' -f1 /proc/loadavg)"
+   kill $pid; wait $pid 2>/dev/null; rm -rf $d $d.log $d.mp
+  done
+ done
+done
