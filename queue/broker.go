@@ -210,7 +210,7 @@ func (b *Broker) refillLocked(q *queueState, want int) error {
 	after, _ := h.Last()
 	n := max(b.opts.HeadSize-h.Len(), 1)
 	for {
-		entries, err := b.st.QueueRange(q.name, after, n)
+		entries, err := b.st.QueueHead(q.name, after, n)
 		if err != nil {
 			return err
 		}

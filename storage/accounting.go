@@ -243,6 +243,7 @@ func (s *Store) hasKey(b *writeBuffer, key []byte) (bool, error) {
 	if e, ok := b.lookup(key); ok {
 		return !e.del, nil
 	}
+	s.indexGets.Add(1)
 	_, closer, err := s.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return false, nil

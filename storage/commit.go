@@ -402,6 +402,7 @@ func (s *Store) queueValuesLocked(entries []QueueEntry, fn func(k int, j *Job)) 
 		lower := queueKey(queue, want[0].pos.Ctime, want[0].pos.ID)
 		last := want[len(want)-1].pos
 		upper := append(queueKey(queue, last.Ctime, last.ID), 0)
+		s.indexGets.Add(1) // a walk in place of len(want) Gets
 		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 		if err != nil {
 			return err
@@ -438,6 +439,7 @@ func (s *Store) queueValuesLocked(entries []QueueEntry, fn func(k int, j *Job)) 
 // nil for an empty value, if the key is there.
 func (s *Store) getQueueValue(queue string, p QueuePos, fn func(j *Job)) error {
 	s.kbuf = appendQueueKey(s.kbuf[:0], queue, p.Ctime, p.ID)
+	s.indexGets.Add(1)
 	v, closer, err := s.db.Get(s.kbuf)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil

@@ -39,6 +39,7 @@ func (s *Store) job(id string) (*Job, error) {
 	if !ok {
 		j, ok, err = s.getBuffered(id)
 	}
+	flushes := s.buf.flushes
 	s.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -50,11 +51,38 @@ func (s *Store) job(id string) (*Job, error) {
 		if j, err = s.getJob(s.db, id); err != nil {
 			return nil, err
 		}
+		if j != nil {
+			s.cacheRead(j, flushes)
+		}
 	}
 	if j == nil {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	return j, nil
+}
+
+// cacheRead leaves in the job cache a job read from Pebble after mu was
+// released, if it is still the job's state: the read came after a look
+// that found the job in neither the cache nor the buffer, and only a
+// buffer flush changes Pebble's keys while the store is open, so if no
+// flush happened since (flushes) and the buffer still knows nothing of
+// the job, no write of it happened in between either (a write leaves its
+// key in the buffer until a flush). So the operation that usually follows
+// a read by id (the ack, nack or working of the job the caller just
+// looked at) resolves the job from the cache instead of a second Get.
+func (s *Store) cacheRead(j *Job, flushes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.buf.flushes != flushes {
+		return
+	}
+	if _, ok := s.cache.get(j.ID); ok {
+		return
+	}
+	if _, ok := s.buf.lookup(appendJobKey(s.kbuf[:0], j.ID)); ok {
+		return
+	}
+	s.cache.put(j)
 }
 
 // Body reads a job's body from the AOF, checking the record's checksum. j
@@ -334,6 +362,11 @@ type Stats struct {
 	// those ranges, since Open.
 	RangedDeletions int64
 	DeletionRanges  int64
+	// IndexGets counts the point reads the store's reads and commits made
+	// in Pebble since Open (a job, a queue key's job, a hold; a delivery's
+	// walk over several of one queue's keys counts one): the reads the
+	// write buffer and the job cache did not answer.
+	IndexGets int64
 	// Verify is the background verification of the sealed AOF segments.
 	Verify VerifyStats
 }
@@ -373,7 +406,8 @@ func (s *Store) Stats() Stats {
 func (s *Store) countersLocked() Stats {
 	st := Stats{Jobs: s.jobs, Queues: len(s.queued), Applied: s.applied, Collect: s.collected,
 		WriteBufferBytes: s.buf.bytes, WriteBufferFlushes: s.buf.flushes,
-		RangedDeletions: s.buf.rangedDeletions, DeletionRanges: s.buf.deletionRanges, Verify: s.verifyStats()}
+		RangedDeletions: s.buf.rangedDeletions, DeletionRanges: s.buf.deletionRanges, Verify: s.verifyStats(),
+		IndexGets: s.indexGets.Load()}
 	for _, n := range s.queued {
 		st.Queued += n
 	}

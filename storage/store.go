@@ -77,6 +77,9 @@ type Store struct {
 	// so never upgraded: it has no resume set (resume.go).
 	noResumeSet bool
 	cache       *jobCache // recently written jobs, see cache.go
+	// indexGets counts the Pebble point Gets of reads and commits
+	// (Stats.IndexGets): atomic, since Job reads Pebble after mu.
+	indexGets atomic.Int64
 
 	// logRef is log for Pebble's flush hook, which may run on Pebble's
 	// goroutines.
@@ -645,6 +648,7 @@ func (s *Store) get(r pebble.Reader, key []byte) ([]byte, error) {
 }
 
 func (s *Store) getJob(r pebble.Reader, id string) (*Job, error) {
+	s.indexGets.Add(1)
 	v, closer, err := r.Get(jobKey(id))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil

@@ -788,6 +788,12 @@ func (c *bufCursor) next() *bufEntry {
 // order if reverse), until fn returns false. upper nil: no bound. The
 // caller holds mu, so that the buffer and the Pebble iterator are one moment.
 func (s *Store) scanMerged(lower, upper []byte, reverse bool, fn func(k, v []byte) bool) error {
+	return s.scanMergedFrom(lower, upper, reverse, func(k, v []byte, _ bool) bool { return fn(k, v) })
+}
+
+// scanMergedFrom is scanMerged telling fn where each key's value is:
+// fromPebble is false for a write the buffer holds.
+func (s *Store) scanMergedFrom(lower, upper []byte, reverse bool, fn func(k, v []byte, fromPebble bool) bool) error {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return err
@@ -816,13 +822,13 @@ func (s *Store) scanMerged(lower, upper []byte, reverse bool, fn func(k, v []byt
 		case c < 0: // Pebble's key, not overwritten (unless deleted)
 			more = true
 			if !s.buf.deleted(it.Key()) {
-				more = fn(it.Key(), it.Value())
+				more = fn(it.Key(), it.Value(), true)
 			}
 			ok = step()
 		default: // the buffer's write replaces Pebble's, if any
 			more = true
 			if !e.del {
-				more = fn(unsafeBytes(e.key), e.value)
+				more = fn(unsafeBytes(e.key), e.value, false)
 			}
 			if c == 0 {
 				ok = step()
