@@ -26,7 +26,9 @@
 //     so the first entry of a non-empty head is the queue's oldest job. New
 //     jobs join the head only while it holds the whole queue; a requeued job
 //     keeps its ctime and slots back in order. A head that runs low is
-//     refilled from the store's queue index.
+//     refilled from the store's queue index (Store.QueueHead, which leaves
+//     the jobs it read from Pebble in the store's job cache, so delivering
+//     and acking them reads nothing more).
 //   - Wheel: a hierarchical timer wheel with every schedule event (delay,
 //     retry, ttl) that sorts at or before the loader's cursor; the rest stay
 //     on disk. The loader moves the cursor up to now + Horizon, or less when

@@ -5,8 +5,10 @@ package storage
 // soon after (the common case) is never read back from Pebble, where a point
 // lookup costs microseconds. Every write of a job goes through Store.write,
 // which updates the cache, so an entry is always the job as the index holds
-// it. Entries are never modified in place. Eviction is first in, first out.
-// Guarded by Store.mu.
+// it. Reads put jobs too where what they read is current: a queue head's
+// refill (Store.QueueHead, under mu) and Store.Job (cacheRead: only if
+// nothing could have written the job since). Entries are never modified in
+// place. Eviction is first in, first out. Guarded by Store.mu.
 type jobCache struct {
 	m    map[string]*Job
 	ring []string // ids in insertion order; "" for a free slot

@@ -120,6 +120,18 @@
 // (and a new job skips the job cache: the buffer holds it until Pebble
 // does).
 //
+// The job cache (cache.go) holds the state of jobs recently written, and of
+// jobs recently read from Pebble where the read is known to be current, so
+// that the reads of a consumed backlog job make no Pebble point Get: a
+// broker's queue-head refill (Store.QueueHead) caches the jobs its scan
+// read from the queue keys' values, so their delivery and then their ack
+// resolve them there; Store.Job caches a job it read from Pebble if no
+// buffer flush happened since its look found the job in neither the cache
+// nor the buffer and the buffer still knows nothing of it (so no write of
+// the job came in between), so the operation that follows a read by id (a
+// clustered ACKJOB's) reads it once, not twice. Stats.IndexGets counts the
+// Pebble point reads that are left.
+//
 // The derived counters and the applied LSN go only with a buffer flush, so
 // the index in Pebble is always the state after a prefix of the AOF, and
 // recovery is unchanged: the buffer is lost in a crash and the replay of the
