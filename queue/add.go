@@ -47,8 +47,10 @@ func DefaultRetry(ttl int64) int64 { return max(min(ttl/10, 300), 1) }
 // jobs are durable per the fsync policy and, for a synchronous REPLICATE n
 // > 1, once n−1 other nodes confirmed a durable copy (or the ms-timeout
 // passed: ErrReplTimeout, and the job is gone). The jobs of one add batch
-// that replicate are handed to the cluster together, once the batch is
-// durable and the combiner's round is over (replRound).
+// that replicate are handed to the cluster together once the combiner's
+// round is over (replRound): synchronous ones while the batch is still
+// being written, asynchronous ones of a non-planner cluster once it is
+// durable.
 func (b *Broker) AddJobs(reqs []AddRequest) []AddResult {
 	if slices.ContainsFunc(reqs, func(r AddRequest) bool { return r.External != ExternalNo }) {
 		return b.addMixed(reqs)
@@ -228,9 +230,10 @@ ask:
 	}
 }
 
-// replRound is the replication of one add batch's jobs: run once, after
-// the batch is durable, outside the combiner and Broker.mu, by the first of
-// the round's calls to get there (the others wait on once).
+// replRound is the replication of one add batch's jobs: run once,
+// outside the combiner and Broker.mu, by the first of the round's calls to
+// get there (the others wait on once); replicateRound says when it waits
+// for the batch's durability.
 type replRound struct {
 	once    sync.Once
 	pending storage.Pending
