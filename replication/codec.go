@@ -33,7 +33,10 @@ const replFlagNoReply = 1
 // the receiver, and the incarnation of the receiver's store the origin
 // learned (from its GOTJOBs) follows the flags: the receiver may store
 // the copies without the index lookup (storage.Batch.AddReplicaFirst).
-// A GOTJOB of version gotJobVersionInc carries the incarnation.
+// A GOTJOB of version gotJobVersionInc carries the incarnation. An origin
+// marks nothing for a node whose GOTJOBs carry none (an older build,
+// which would refuse the flag); an older origin refuses the new GOTJOB,
+// so the nodes of a cluster run builds that both have it.
 const replFlagFirst = 2
 
 // gotJobVersionInc is the version of a GOTJOB that carries the sender
