@@ -245,7 +245,16 @@
 //     whose link came back gets it), and one more node once the answers
 //     are late: after max(50 ms, twice the average REPLJOB round trip),
 //     at most 1 s. The start's NOREPL check counts reachable nodes, linked
-//     or not. A receiver stores the copy
+//     or not. The first REPLJOBs of a job (those of its one Replicate
+//     call's first send, before anyone but the origin knew its id; not a
+//     resend, not a node added later, not ASYNC) are marked first and
+//     stamped with the incarnation of the receiver's store that its last
+//     GOTJOB carried: the receiver then stores the copy without its index
+//     lookup when its store can prove the id is not there
+//     (storage.Batch.AddReplicaFirst; no incarnation known yet, or a
+//     stale one after the receiver restarted: the usual lookup). A
+//     Transport delivers a message at most once, so a first REPLJOB is
+//     never applied twice. A receiver stores the copy
 //     (queue.Broker.ReplicaApply: idempotent, active, not queued; a copy
 //     it has learns the nodes of a longer list) on the link, in order, and
 //     a per-sender confirmer waits for their durability per its fsync

@@ -76,6 +76,9 @@ type testCluster struct {
 	// the receiver never sees them, as with a link cut at that moment
 	// (ackgc_held_test.go).
 	lose func(to, from string, m Message) bool
+	// fsFor, if set, is the file system of a node's store (vfs.Default
+	// otherwise); set before the node opens.
+	fsFor func(nd *jobsNode) vfs.FS
 }
 
 func newTestCluster(t *testing.T, n int, ackTick time.Duration) *testCluster {
@@ -107,6 +110,9 @@ func (c *testCluster) open(nd *jobsNode) {
 	t.Helper()
 	opts := storage.TestingOptions()
 	opts.FS, opts.Sync = vfs.Default, wal.SyncAlways
+	if c.fsFor != nil {
+		opts.FS = c.fsFor(nd)
+	}
 	opts.Logger = quietLog()
 	st, err := storage.Open(nd.dir, opts)
 	if err != nil {
