@@ -5,7 +5,9 @@
 # reply to the GETJOB reply that delivered it (p50/p90/p99/max).
 # Usage: bench/scripts/cross-latency.sh [CHECKOUT] [everysec|always|memory] [RATE] [SECONDS] [reps]
 # DISQUE_BIN overrides the reference server (default: built once by build-disque.sh). CROSSLAT_FLAGS adds flags
-# (e.g. "-producers 2 -consumers 2 -count 10").
+# (e.g. "-producers 2 -consumers 2 -count 10"; "-prime=false" for the old start, where the first broadcast NEEDJOBS
+# finds the producers' node empty and the backlog of its first seconds is measured). BASE_BIN, a diskque-server
+# binary, adds a third server to each rep (printed as "base"), for an A/B of two builds beside Disque.
 set -u
 . "$(dirname "$0")/cluster-lib.sh"
 checkout=${1:-.}; mode=${2:-everysec}; rate=${3:-2000}; secs=${4:-10}; reps=${5:-1}
@@ -32,5 +34,6 @@ down() { for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; 
 one() { "$work/crosslat" -produce 127.0.0.1:${P[0]} -consume 127.0.0.1:${P[1]} -rate $rate -duration ${secs}s ${CROSSLAT_FLAGS:-}; }
 for r in $(seq $reps); do
   up "$work/dq" && echo "diskque $mode $(one)"; down
+  if [ -n "${BASE_BIN:-}" ]; then up "$BASE_BIN" && echo "base    $mode $(one)"; down; fi
   up "$DISQUE_BIN" && echo "disque  $mode $(one)"; down
 done
