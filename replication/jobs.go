@@ -100,6 +100,9 @@ type Jobs struct {
 
 	// givers: the NEEDJOBS being answered, per asker (jobs_federation.go).
 	givers givers
+	// inboxes: per sender, the batches HandleBatchQueued queued for its
+	// handler goroutine (jobs_inbox.go; its own lock, not mu).
+	inboxes inboxes
 
 	stop chan struct{}
 	done chan struct{}
@@ -252,6 +255,7 @@ func (j *Jobs) Close() error {
 	if j.broker != nil {
 		<-j.done
 	}
+	j.closeInboxes()
 	j.confirmers.Wait()
 	j.givers.running.Wait()
 	return nil

@@ -48,6 +48,7 @@ func (p staticPeers) Reachable() []NodeInfo {
 // job protocol and its end of the MemNetwork.
 type jobsNode struct {
 	dir    string
+	fs     vfs.FS // the store's, if set (else the OS's)
 	id     string
 	st     *storage.Store
 	broker *queue.Broker
@@ -106,6 +107,9 @@ func (c *testCluster) open(nd *jobsNode) {
 	t.Helper()
 	opts := storage.TestingOptions()
 	opts.FS, opts.Sync = vfs.Default, wal.SyncAlways
+	if nd.fs != nil {
+		opts.FS = nd.fs
+	}
 	opts.Logger = quietLog()
 	st, err := storage.Open(nd.dir, opts)
 	if err != nil {
@@ -132,7 +136,7 @@ func (c *testCluster) open(nd *jobsNode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handle := nd.jobs.HandleBatch
+	handle := nd.jobs.HandleBatchQueued
 	nd.tr = c.net.JoinBatch(nd.id, func(from string, ms []Message) { // as the daemon delivers them
 		c.mu.Lock()
 		lose := c.lose

@@ -77,8 +77,10 @@ func (j *Jobs) Handle(from string, m Message) {
 // one sender its link read together, handled in order as Handle would
 // one by one — but a run of consecutive REPLJOBs is applied as one
 // (handleReplJobs): one store commit for all their copies, and one
-// GOTJOB for those of them that want an answer.
+// GOTJOB for those of them that want an answer; and the batch's NEEDJOBS
+// go first (needJobsFirst).
 func (j *Jobs) HandleBatch(from string, ms []Message) {
+	ms = j.needJobsFirst(from, ms) // jobs_federation.go
 	for i := 0; i < len(ms); {
 		k := i + 1
 		for ms[i].Type == MsgReplJob && k < len(ms) && ms[k].Type == MsgReplJob {
