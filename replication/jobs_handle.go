@@ -77,11 +77,17 @@ func (j *Jobs) Handle(from string, m Message) {
 // one sender its link read together, handled in order as Handle would
 // one by one — but a run of consecutive REPLJOBs is applied as one
 // (handleReplJobs): one store commit for all their copies, and one
-// GOTJOB for those of them that want an answer; and the batch's NEEDJOBS
-// go first (needJobsFirst).
+// GOTJOB for those of them that want an answer; so is a run of
+// SETACKs, GOTACKs or DELJOBs (handleAckRun); and the batch's NEEDJOBS go
+// first (needJobsFirst).
 func (j *Jobs) HandleBatch(from string, ms []Message) {
 	ms = j.needJobsFirst(from, ms) // jobs_federation.go
 	for i := 0; i < len(ms); {
+		if k := ackRunEnd(ms, i); k-i > 1 { // jobs_handle_runs.go
+			j.handleAckRun(from, ms[i:k])
+			i = k
+			continue
+		}
 		k := i + 1
 		for ms[i].Type == MsgReplJob && k < len(ms) && ms[k].Type == MsgReplJob {
 			k++
