@@ -210,7 +210,8 @@
 // Cluster.NeedJobs once the lock is released; so do Tick, at most every
 // 25 ms, for the queues blocked clients wait on (recorded when they
 // block), and RemoteYourJobs, which returns them, when the jobs it queued
-// were all taken by waiting clients at once. A queue paused in or out
+// were all taken by waiting clients at once (ImportYourJobs returns them
+// before the import's durability wait, which it leaves to the caller). A queue paused in or out
 // asks nothing, and a GETJOB with GetRequest.Leaving asks nothing and
 // fails with ErrLeaving where it would block. RemoteNeedJobs is the
 // giver: from a queue non-empty, not paused out and not importing (its

@@ -114,6 +114,9 @@ type Jobs struct {
 	givers givers
 	// qlens: the GLOBALQLEN asks waiting for answers (jobs_qlen.go).
 	qlens qlenTable
+	// inboxes: per sender, the batches HandleBatchQueued queued for its
+	// handler goroutine (jobs_inbox.go; its own lock, not mu).
+	inboxes inboxes
 
 	stop chan struct{}
 	done chan struct{}
@@ -276,6 +279,7 @@ func (j *Jobs) Close() error {
 	if j.broker != nil {
 		<-j.done
 	}
+	j.closeInboxes()
 	j.confirmers.Wait()
 	j.givers.running.Wait()
 	return nil

@@ -49,6 +49,7 @@ func (p staticPeers) Reachable() []NodeInfo {
 // job protocol and its end of the MemNetwork.
 type jobsNode struct {
 	dir    string
+	fs     vfs.FS // the store's, if set (else the OS's)
 	id     string
 	st     *storage.Store
 	broker *queue.Broker
@@ -113,6 +114,9 @@ func (c *testCluster) open(nd *jobsNode) {
 	if c.fsFor != nil {
 		opts.FS = c.fsFor(nd)
 	}
+	if nd.fs != nil {
+		opts.FS = nd.fs
+	}
 	opts.Logger = quietLog()
 	st, err := storage.Open(nd.dir, opts)
 	if err != nil {
@@ -139,7 +143,7 @@ func (c *testCluster) open(nd *jobsNode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handle := nd.jobs.HandleBatch
+	handle := nd.jobs.HandleBatchQueued
 	nd.tr = c.net.JoinBatch(nd.id, func(from string, ms []Message) { // as the daemon delivers them
 		c.mu.Lock()
 		lose := c.lose

@@ -75,8 +75,10 @@ func (j *Jobs) Handle(from string, m Message) {
 // one by one — but a run of consecutive REPLJOBs is applied as one
 // (handleReplJobs): one store commit for all their copies, and one
 // GOTJOB for those of them that want an answer; so is a run of SETACKs
-// and DELJOBs, and one of GOTACKs (handleCollectRun, ackgc_batch.go).
+// and DELJOBs, and one of GOTACKs (handleCollectRun, ackgc_batch.go);
+// and the batch's NEEDJOBS go first (needJobsFirst).
 func (j *Jobs) HandleBatch(from string, ms []Message) {
+	ms = j.needJobsFirst(from, ms) // jobs_federation.go
 	for i := 0; i < len(ms); {
 		if k := collectRunEnd(ms, i); k > i {
 			j.handleCollectRun(from, ms[i:k])
