@@ -299,7 +299,12 @@ func (j *Jobs) Stats() JobsStats {
 }
 
 // KnownNodes implements queue.Cluster.
-func (j *Jobs) KnownNodes() int { return max(len(j.cfg.Peers.Nodes()), 1) }
+func (j *Jobs) KnownNodes() int {
+	if c, ok := j.cfg.Peers.(interface{ NodeCount() int }); ok {
+		return max(c.NodeCount(), 1) // Membership: no list built per ADDJOB
+	}
+	return max(len(j.cfg.Peers.Nodes()), 1)
+}
 
 // ReachablePeers implements queue.Cluster.
 func (j *Jobs) ReachablePeers() int { return len(j.reachableIDs()) }
