@@ -29,9 +29,9 @@ func (j *Jobs) Handle(from string, m Message) {
 		j.handleCollectRun(from, []Message{m}) // ackgc_batch.go
 		return
 	case MsgFastDel:
-		var ids []string
-		if ids, err = decodeIDs(m.Payload); err == nil {
-			j.fastDelJobs(from, ids)
+		ids, mayhave, e := decodeSetAcks(m.Payload)
+		if err = e; err == nil {
+			j.fastDelJobs(from, ids, mayhave)
 		}
 	case MsgWillQueue:
 		var ids []string
