@@ -47,8 +47,10 @@ func DefaultRetry(ttl int64) int64 { return max(min(ttl/10, 300), 1) }
 // jobs are durable per the fsync policy and, for a synchronous REPLICATE n
 // > 1, once n−1 other nodes confirmed a durable copy (or the ms-timeout
 // passed: ErrReplTimeout, and the job is gone). The jobs of one add batch
-// that replicate are handed to the cluster together, once the batch is
-// durable and the combiner's round is over (replRound).
+// that replicate are handed to the cluster together once the combiner's
+// round is over (replRound): synchronous ones while the batch is still
+// being written, asynchronous ones of a non-planner cluster once it is
+// durable.
 func (b *Broker) AddJobs(reqs []AddRequest) []AddResult {
 	if slices.ContainsFunc(reqs, func(r AddRequest) bool { return r.External != ExternalNo }) {
 		return b.addMixed(reqs)
@@ -228,9 +230,10 @@ ask:
 	}
 }
 
-// replRound is the replication of one add batch's jobs: run once, after
-// the batch is durable, outside the combiner and Broker.mu, by the first of
-// the round's calls to get there (the others wait on once).
+// replRound is the replication of one add batch's jobs: run once,
+// outside the combiner and Broker.mu, by the first of the round's calls to
+// get there (the others wait on once); replicateRound says when it waits
+// for the batch's durability.
 type replRound struct {
 	once    sync.Once
 	pending storage.Pending
@@ -271,7 +274,25 @@ func (b *Broker) replicateRound(r *replRound) {
 	if len(r.sync)+len(r.async) == 0 {
 		return
 	}
+	// Synchronous copies go out while this node's batch is still on its
+	// way to the AOF, not after: the replicas' writes (their fsyncs under
+	// appendfsync always) overlap this node's instead of following it,
+	// one durable write fewer in a row per round. No reply depends on
+	// it — an ADDJOB is answered only after its QUEUE record, later in
+	// the log, is durable, and a timed-out job's collection is applied
+	// after the batch too. A crash before the batch is durable leaves
+	// copies of a job this node never stored: they requeue after RETRY,
+	// an unanswered ADDJOB's job delivered (as external replication's can
+	// be), never an answered one lost. (A non-planner round's ASYNC jobs,
+	// r.async, are replicated after the wait: their nodes are recorded
+	// then, and they keep the old order.)
+	var syncRes []ReplicationResult
+	early := len(r.sync) > 0 && len(r.async) == 0
+	if early {
+		syncRes = b.cluster.Replicate(replications(r.sync))
+	}
 	if err := r.pending.Wait(); err != nil {
+		// A copy sent early requeues after its RETRY, as after a crash.
 		for _, it := range append(r.sync, r.async...) {
 			it.call.out[it.i] = AddResult{Err: wrapStore(err)}
 		}
@@ -303,17 +324,25 @@ func (b *Broker) replicateRound(r *replRound) {
 		finish(r.async, nodes, ok)
 	}
 	if len(r.sync) > 0 {
-		jobs := make([]Replication, len(r.sync))
-		for k, it := range r.sync {
-			jobs[k] = it.Replication
+		if !early {
+			syncRes = b.cluster.Replicate(replications(r.sync))
 		}
 		var nodes [][]string
 		var ok []bool
-		for _, res := range b.cluster.Replicate(jobs) {
+		for _, res := range syncRes {
 			nodes, ok = append(nodes, res.Nodes), append(ok, res.OK)
 		}
 		finish(r.sync, nodes, ok)
 	}
+}
+
+// replications returns the jobs of items.
+func replications(items []replItem) []Replication {
+	jobs := make([]Replication, len(items))
+	for k, it := range items {
+		jobs[k] = it.Replication
+	}
+	return jobs
 }
 
 // finishReplication applies the outcome of replications under Broker.mu

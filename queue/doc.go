@@ -99,11 +99,15 @@
 // Broker.mu.
 //
 // ADDJOB is two-phase when REPLICATE n > 1 without ASYNC: the job is
-// applied in state wait-repl (no queue, its TTL timer only), the round's
-// batch is waited for, and once the combiner's round is over the first of
-// its calls hands all the round's such jobs to Cluster.Replicate in one
-// call (so pipelined ADDJOBs share REPLJOB messages as they share a group
-// commit); then, under Broker.mu again, each confirmed job gets its nodes
+// applied in state wait-repl (no queue, its TTL timer only), and once the
+// combiner's round is over the first of its calls hands all the round's
+// such jobs to Cluster.Replicate in one call (so pipelined ADDJOBs share
+// REPLJOB messages as they share a group commit) — while the round's batch
+// is still being written, so that the replicas' durable writes overlap
+// this node's; the batch is waited for after (a crash before it is
+// durable leaves copies of a job never answered, which requeue after
+// RETRY: never an answered job lost). Then, under Broker.mu again, each
+// confirmed job gets its nodes
 // (storage's NODES record: wait-repl → active) and is queued, or left for
 // its DELAY. With a cluster that is a SyncPlanner (replication's), the
 // nodes its first REPLJOBs go to are chosen before the round takes
@@ -208,7 +212,8 @@
 // Cluster.NeedJobs once the lock is released; so do Tick, at most every
 // 25 ms, for the queues blocked clients wait on (recorded when they
 // block), and RemoteYourJobs, which returns them, when the jobs it queued
-// were all taken by waiting clients at once. A queue paused in or out
+// were all taken by waiting clients at once (ImportYourJobs returns them
+// before the import's durability wait, which it leaves to the caller). A queue paused in or out
 // asks nothing, and a GETJOB with GetRequest.Leaving asks nothing and
 // fails with ErrLeaving where it would block. RemoteNeedJobs is the
 // giver: from a queue non-empty, not paused out and not importing (its

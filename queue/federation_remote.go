@@ -128,15 +128,36 @@ func (b *Broker) RemoteNeedJobs(from, queue string, count int) ([]Replica, error
 // index lookup precedes it; only the known ones, and the new ones with
 // counters to restore, take a second batch, in the same hold.
 func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest, error) {
+	reqs, durable, err := b.ImportYourJobs(from, jobs)
+	if err != nil {
+		return nil, err
+	}
+	if err := durable.Wait(); err != nil {
+		return nil, wrapStore(err)
+	}
+	return reqs, nil
+}
+
+// ImportYourJobs is RemoteYourJobs without the wait: it returns the
+// NEEDJOBS to send at once as soon as the jobs are applied, and their
+// durability, for the caller to wait for after it sent them (package
+// replication: so the next NEEDJOBS of an importing queue its waiting
+// clients emptied does not wait for this import's write, a whole fsync
+// under appendfsync always, in every round trip). Asking before the
+// import is durable risks nothing: a crash loses the import as it would
+// after the NEEDJOBS, and the giver's at-least-once copies requeue after
+// their RETRY. A blocked GETJOB served one of these jobs replies only
+// after its own delivery record is durable, which is logged after the add.
+func (b *Broker) ImportYourJobs(from string, jobs []Replica) ([]NeedJobsRequest, storage.Pending, error) {
 	if len(jobs) == 0 || !storage.ValidNodeID(from) {
-		return nil, nil
+		return nil, storage.Pending{}, nil
 	}
 	self := b.NodeID()
 	now := b.nowMillis()
 	b.mu.Lock()
 	if err := b.checkOpenLocked(); err != nil {
 		b.mu.Unlock()
-		return nil, err
+		return nil, storage.Pending{}, err
 	}
 	adds := b.st.NewBatch()
 	var sent []*storage.Job // adds' op → the job as sent
@@ -165,7 +186,7 @@ func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest,
 	}
 	if adds.Len() == 0 {
 		b.mu.Unlock()
-		return nil, nil
+		return nil, storage.Pending{}, nil
 	}
 	touched := map[string]*queueState{}
 	// queued hands an imported job to the queue, and so to a blocked
@@ -195,7 +216,7 @@ func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest,
 		if r.Err != nil {
 			if errUnusable(r.Err) {
 				b.mu.Unlock()
-				return nil, wrapStore(r.Err)
+				return nil, storage.Pending{}, wrapStore(r.Err)
 			}
 			continue
 		}
@@ -232,7 +253,7 @@ func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest,
 			if r.Err != nil {
 				if errUnusable(r.Err) {
 					b.mu.Unlock()
-					return nil, wrapStore(r.Err)
+					return nil, storage.Pending{}, wrapStore(r.Err)
 				}
 				continue
 			}
@@ -253,10 +274,7 @@ func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest,
 		}
 	}
 	b.mu.Unlock()
-	if err := pending.Wait(); err != nil {
-		return nil, wrapStore(err)
-	}
-	return reqs, nil
+	return reqs, pending, nil
 }
 
 // sub is a − b, or 0 when b is larger.

@@ -22,9 +22,10 @@ type GetRequest struct {
 	// answers nil), and asks no other node for jobs (federation.go).
 	Leaving bool
 	// OnBlock, if set, is called when the GETJOB is about to block (it
-	// found nothing and is registered as a waiter), with no broker lock
-	// held; the context it returns replaces ctx for the wait, and stop is
-	// called when the wait ends. The server watches for the client's
+	// found nothing), with no broker lock held and before it is a
+	// waiter (its queues are looked at again after); the context it
+	// returns replaces ctx for the wait, and stop is called when the
+	// wait ends. The server watches for the client's
 	// hang-up there, so that a GETJOB served at once pays nothing for it.
 	OnBlock func(ctx context.Context) (context.Context, func())
 }
@@ -132,6 +133,7 @@ type take struct {
 // each chunk under its own hold of Broker.mu.
 func (b *Broker) GetJobs(ctx context.Context, req GetRequest) ([]Delivered, error) {
 	count := min(max(req.Count, 1), b.maxGetCount)
+again:
 	now := b.nowMillis()
 	b.mu.Lock()
 	if err := b.checkOpenLocked(); err != nil {
@@ -163,6 +165,24 @@ func (b *Broker) GetJobs(ctx context.Context, req GetRequest) ([]Delivered, erro
 		b.deliverMore(&got, req.Queues, count, nextChunk(first.count, len(got.out), hold, b.getChunk))
 		return b.finish(got)
 	}
+	if req.OnBlock != nil {
+		// Before the waiter is registered: OnBlock may wait (the server
+		// writes the replies pipelined before, to a client that may not
+		// read them for now), and a waiter would take a job meanwhile
+		// that a consumer blocked and reading could have. Then the
+		// queues are looked at again (need is sent now: its plan is
+		// paced, the second look would plan nothing).
+		b.mu.Unlock()
+		b.sendNeedJobs(need)
+		var stop func()
+		ctx, stop = req.OnBlock(ctx)
+		defer stop()
+		req.OnBlock = nil
+		if err := ctx.Err(); err != nil {
+			return nil, err // the client hung up meanwhile
+		}
+		goto again
+	}
 	w := &waiter{queues: slices.Clone(req.Queues), ch: make(chan waiterResult, 1)}
 	for _, name := range req.Queues {
 		q := b.queueLocked(name, now)
@@ -172,11 +192,6 @@ func (b *Broker) GetJobs(ctx context.Context, req GetRequest) ([]Delivered, erro
 	b.stats.BlockedClients++
 	b.mu.Unlock()
 	b.sendNeedJobs(need)
-	if req.OnBlock != nil {
-		var stop func()
-		ctx, stop = req.OnBlock(ctx)
-		defer stop()
-	}
 
 	var timeout <-chan time.Time
 	if req.Timeout > 0 {

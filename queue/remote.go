@@ -20,6 +20,10 @@ type Replica struct {
 	// to. State, counters and the requeue time are this node's to set.
 	Job  *storage.Job
 	Body []byte
+	// First, if not 0: the origin's first REPLJOB of the job to this
+	// node, stamped with this store's incarnation as the origin learned
+	// it (storage.Batch.AddReplicaFirst, which may skip the lookup).
+	First uint64
 }
 
 // ReplicaAdd stores copies sent by other nodes (REPLJOB): each is an
@@ -88,7 +92,13 @@ func (b *Broker) ReplicaApply(reps []Replica) (out []error, durable func() error
 		// A copy of a known id is a no-op of AddReplica (its result's Old
 		// is the job here): its nodes are merged below. Not looked up
 		// first: a new copy's miss in the index cost as much as its add.
-		if err := batch.AddReplica(&j, r.Body); err != nil {
+		var err error
+		if r.First != 0 {
+			err = batch.AddReplicaFirst(&j, r.Body, r.First)
+		} else {
+			err = batch.AddReplica(&j, r.Body)
+		}
+		if err != nil {
 			out[i] = wrapStore(err)
 			continue
 		}

@@ -124,6 +124,7 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 	var done []string
 	dels := map[string][]string{}
 	fast := map[string][]string{} // FASTDEL ids per target (jobs_fastack.go)
+	fastMay := map[string][]int{} // and the holders each id's deletion knows
 	j.mu.Lock()
 	for gc := j.acks.first(now); gc != nil; gc = j.acks.first(now) {
 		id := gc.id
@@ -155,6 +156,7 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 		for _, n := range gc.targets {
 			if !gc.confirmed[n] && gc.fast {
 				fast[n] = append(fast[n], id)
+				fastMay[n] = append(fastMay[n], gc.mayhave)
 			} else if !gc.confirmed[n] {
 				m := per[n]
 				if m == nil {
@@ -182,7 +184,7 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 	if sent > 0 {
 		j.count(func(s *JobsStats) { s.SetAcksSent += int64(sent) })
 	}
-	sent += j.sendFastDels(fast)
+	sent += j.sendFastDels(fast, fastMay)
 	j.sendDelJobs(dels)
 	if b := j.bound.Load(); b != nil && len(done) > 0 {
 		if _, err := b.DelJob(done); err != nil {

@@ -29,9 +29,12 @@ func TestCollectionEndsAtTheJobsTTL(t *testing.T) {
 	}
 	eventually(t, "the holder acked its copy", func() bool { return holder.state(t, res.ID) == "acked" })
 	for _, nd := range []*jobsNode{origin, holder} {
-		if _, ok := nd.jobs.NextAckRetry(res.ID); !ok {
-			t.Fatalf("node %s does not collect the job", nd.id[:6])
-		}
+		// A holder's collection starts once its ack is durable, just
+		// after the ack shows in its state.
+		eventually(t, fmt.Sprintf("node %s collects the job", nd.id[:6]), func() bool {
+			_, ok := nd.jobs.NextAckRetry(res.ID)
+			return ok
+		})
 	}
 	// Before the TTL the rounds go on (to the down node).
 	if n := origin.jobs.RetryAcks(now().Add(4 * time.Second)); n == 0 {

@@ -14,8 +14,9 @@ import (
 // bounded by the payload: a count larger than the bytes left, a bad id or
 // a trailing byte is ErrBadPayload, never a panic or a large allocation.
 //
-//	REPLJOB  version flags count { id queue ctime etime delay retry repl awake nodes body }…
-//	GOTJOB, DELJOB  version count { id }…
+//	REPLJOB  version flags [incarnation] count { id queue ctime etime delay retry repl awake nodes body }…
+//	GOTJOB   version count { id }…   or   2 incarnation count { id }…
+//	DELJOB   version count { id }…
 //	SETACK   version count { id mayhave }…
 //	GOTACK   version count { id known }…
 //
@@ -27,6 +28,26 @@ const codecVersion = 1
 
 // replFlagNoReply: the sender wants no GOTJOB (ASYNC).
 const replFlagNoReply = 1
+
+// replFlagFirst: every job of the REPLJOB is the first its origin sends
+// the receiver, and the incarnation of the receiver's store the origin
+// learned (from its GOTJOBs) follows the flags: the receiver may store
+// the copies without the index lookup (storage.Batch.AddReplicaFirst).
+// A GOTJOB of version gotJobVersionInc carries the incarnation. An origin
+// marks nothing for a node whose GOTJOBs carry none (an older build,
+// which would refuse the flag); an older origin refuses the new GOTJOB,
+// so the nodes of a cluster run builds that both have it.
+const replFlagFirst = 2
+
+// gotJobVersionInc is the version of a GOTJOB that carries the sender
+// store's incarnation (storage.Store.ReplicaIncarnation).
+const gotJobVersionInc = 2
+
+// replHeader is what a REPLJOB says of all its jobs.
+type replHeader struct {
+	noReply bool   // ASYNC: no GOTJOB
+	first   uint64 // not 0: replFlagFirst, with this incarnation
+}
 
 // ErrBadPayload: a message payload that does not decode; it is dropped.
 var ErrBadPayload = errors.New("replication: malformed message payload")
@@ -41,17 +62,27 @@ type replJob struct {
 }
 
 func encodeReplJobs(noReply bool, jobs []replJob) []byte {
-	size := 3
+	return encodeReplJobsHeader(replHeader{noReply: noReply}, jobs)
+}
+
+func encodeReplJobsHeader(h replHeader, jobs []replJob) []byte {
+	size := 3 + binary.MaxVarintLen64
 	for _, r := range jobs {
 		size += 80 + len(r.Job.Queue) + 41*len(r.Job.Nodes) + len(r.Body)
 	}
 	b := make([]byte, 0, size)
 	b = append(b, codecVersion)
 	flags := byte(0)
-	if noReply {
+	if h.noReply {
 		flags |= replFlagNoReply
 	}
+	if h.first != 0 {
+		flags |= replFlagFirst
+	}
 	b = append(b, flags)
+	if h.first != 0 {
+		b = binary.AppendUvarint(b, h.first)
+	}
 	b = binary.AppendUvarint(b, uint64(len(jobs)))
 	for _, r := range jobs {
 		j := r.Job
@@ -63,12 +94,17 @@ func encodeReplJobs(noReply bool, jobs []replJob) []byte {
 	return b
 }
 
-func decodeReplJobs(p []byte) (noReply bool, jobs []replJob, err error) {
+func decodeReplJobs(p []byte) (h replHeader, jobs []replJob, err error) {
 	d := msgDecoder{b: p}
 	d.version()
 	flags := d.byte()
-	if d.err == nil && flags&^replFlagNoReply != 0 {
+	if d.err == nil && flags&^(replFlagNoReply|replFlagFirst) != 0 {
 		d.fail("unknown flags")
+	}
+	if flags&replFlagFirst != 0 {
+		if h.first = d.uvarint(); d.err == nil && h.first == 0 {
+			d.fail("first REPLJOB of incarnation 0")
+		}
 	}
 	n := d.count(minReplJobBytes)
 	for i := 0; i < n && d.err == nil; i++ {
@@ -85,9 +121,10 @@ func decodeReplJobs(p []byte) (noReply bool, jobs []replJob, err error) {
 		jobs = append(jobs, replJob{Job: j, Body: []byte(body)})
 	}
 	if err := d.end(); err != nil {
-		return false, nil, err
+		return replHeader{}, nil, err
 	}
-	return flags&replFlagNoReply != 0, jobs, nil
+	h.noReply = flags&replFlagNoReply != 0
+	return h, jobs, nil
 }
 
 // minReplJobBytes is the fewest bytes one job takes in a REPLJOB (its id and a
@@ -102,6 +139,44 @@ func encodeIDs(ids []string) []byte {
 		b = append(b, id...)
 	}
 	return b
+}
+
+// encodeGotJobs is GOTJOB's payload: the ids, and the incarnation of this
+// node's store (0: none, a version-1 payload).
+func encodeGotJobs(ids []string, incarnation uint64) []byte {
+	if incarnation == 0 {
+		return encodeIDs(ids)
+	}
+	b := make([]byte, 0, 2+binary.MaxVarintLen64+len(ids)*storage.JobIDLen)
+	b = append(b, gotJobVersionInc)
+	b = binary.AppendUvarint(b, incarnation)
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = append(b, id...)
+	}
+	return b
+}
+
+// decodeGotJobs reads either GOTJOB payload (incarnation 0: a version-1
+// one, which carries none).
+func decodeGotJobs(p []byte) (ids []string, incarnation uint64, err error) {
+	if len(p) == 0 || p[0] != gotJobVersionInc {
+		ids, err = decodeIDs(p)
+		return ids, 0, err
+	}
+	d := msgDecoder{b: p[1:]}
+	if incarnation = d.uvarint(); d.err == nil && incarnation == 0 {
+		d.fail("GOTJOB of incarnation 0")
+	}
+	n := d.count(storage.JobIDLen)
+	ids = make([]string, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		ids = append(ids, d.id())
+	}
+	if err := d.end(); err != nil {
+		return nil, 0, err
+	}
+	return ids, incarnation, nil
 }
 
 func decodeIDs(p []byte) ([]string, error) {

@@ -18,6 +18,8 @@ func FuzzDecodePayloads(f *testing.F) {
 		Nodes: []string{"0123456789abcdef0123456789abcdef01234567"}}
 	f.Add(encodeReplJobs(false, []replJob{{Job: job, Body: []byte("body")}}))
 	f.Add(encodeIDs([]string{id, id}))
+	f.Add(encodeReplJobsHeader(replHeader{first: 1 << 40}, []replJob{{Job: job, Body: []byte("body")}}))
+	f.Add(encodeGotJobs([]string{id}, 77))
 	f.Add(encodeGotAcks([]string{id}, []bool{true}))
 	f.Add(encodeSetAcks([]string{id}, []int{3}))
 	f.Add([]byte{1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
@@ -33,16 +35,21 @@ func FuzzDecodePayloads(f *testing.F) {
 	f.Add(encodeQueueLen(7, "q"))
 	f.Add(encodeQueueLenAnswer(7, 42))
 	f.Fuzz(func(t *testing.T, p []byte) {
-		if noReply, jobs, err := decodeReplJobs(p); err == nil {
-			enc := encodeReplJobs(noReply, jobs)
-			nr2, jobs2, err := decodeReplJobs(enc)
-			if err != nil || nr2 != noReply || string(encodeReplJobs(nr2, jobs2)) != string(enc) {
+		if h, jobs, err := decodeReplJobs(p); err == nil {
+			enc := encodeReplJobsHeader(h, jobs)
+			h2, jobs2, err := decodeReplJobs(enc)
+			if err != nil || h2 != h || string(encodeReplJobsHeader(h2, jobs2)) != string(enc) {
 				t.Fatalf("REPLJOB round trip: %x → %x: %v", p, enc, err)
 			}
 		}
 		if ids, err := decodeIDs(p); err == nil {
 			if again, err := decodeIDs(encodeIDs(ids)); err != nil || len(again) != len(ids) {
 				t.Fatalf("id list round trip: %x: %v", p, err)
+			}
+		}
+		if ids, inc, err := decodeGotJobs(p); err == nil {
+			if again, inc2, err := decodeGotJobs(encodeGotJobs(ids, inc)); err != nil || !slices.Equal(again, ids) || inc2 != inc {
+				t.Fatalf("GOTJOB round trip: %x: %v", p, err)
 			}
 		}
 		if ids, mayhave, err := decodeSetAcks(p); err == nil {

@@ -116,6 +116,14 @@
 // so a receiver can apply a run of them as one; a malformed frame among
 // them ends the link after the good ones before it are delivered.
 //
+// The daemon's BatchHandler is Jobs.HandleBatchQueued (jobs_inbox.go):
+// it handles a batch's NEEDJOBS at once and queues the rest for the
+// sender's own handler goroutine, which runs HandleBatch on them in the
+// order the links read them (every batch queued meanwhile as one), so the
+// reader goes on reading while a handler waits for a durable write, and
+// a NEEDJOBS never waits for one. A sender's inbox holds at most 4
+// batches; its reader waits while it is full.
+//
 // Send copies the message onto the link's queue (never waiting for the
 // network: it may be called under the broker's locks); the link's writer
 // takes the whole queue at once, frames it into a 64 KiB bufio.Writer and
@@ -245,14 +253,23 @@
 //     whose link came back gets it), and one more node once the answers
 //     are late: after max(50 ms, twice the average REPLJOB round trip),
 //     at most 1 s. The start's NOREPL check counts reachable nodes, linked
-//     or not. A receiver stores the copy
+//     or not. The first REPLJOBs of a job (those of its one Replicate
+//     call's first send, before anyone but the origin knew its id; not a
+//     resend, not a node added later, not ASYNC) are marked first and
+//     stamped with the incarnation of the receiver's store that its last
+//     GOTJOB carried: the receiver then stores the copy without its index
+//     lookup when its store can prove the id is not there
+//     (storage.Batch.AddReplicaFirst; no incarnation known yet, or a
+//     stale one after the receiver restarted: the usual lookup). A
+//     Transport delivers a message at most once, so a first REPLJOB is
+//     never applied twice. A receiver stores the copy
 //     (queue.Broker.ReplicaApply: idempotent, active, not queued; a copy
 //     it has learns the nodes of a longer list) on the link, in order, and
 //     a per-sender confirmer waits for their durability per its fsync
 //     policy and answers GOTJOB for every REPLJOB applied meanwhile in one
 //     message (the link goes on applying: the REPLJOBs share the AOF
 //     write; Close waits for the confirmers). Consecutive REPLJOBs a link
-//     read together (HandleBatch, the daemon's BatchHandler) are applied
+//     read together (HandleBatch, run by the daemon's BatchHandler) are applied
 //     as one ReplicaApply: one store commit, one entry for the confirmer;
 //     a malformed one among them is dropped alone, a refused copy gets no
 //     GOTJOB alone. No GOTJOB is sent for a copy before its durability
@@ -295,7 +312,10 @@
 //     and one DELJOB per holder in all), else with DELJOB to its targets
 //     (clearing the dummy acks its SETACKs left). One small entry per
 //     acked job held; a round sends each target its ids in messages of
-//     at most 4096, SETACK and DELJOB alike. A target no
+//     at most 4096, SETACK and DELJOB alike. A run of SETACKs (GOTACKs,
+//     DELJOBs) of one sender read together is handled as one message, cut
+//     before an id seen again (jobs_handle_runs.go): one durable write and
+//     one GOTACK for the run. A target no
 //     longer known (forgotten) counts as confirmed at the next round.
 //     What one link read brings is handled together (ackgc_batch.go):
 //     its SETACKs and DELJOBs, in their order, as one store batch
@@ -376,8 +396,10 @@
 //     asker is up: queue.Broker.RemoteNeedJobs takes the jobs
 //     (durably) and one YOURJOBS carries them, with their counters and
 //     node lists, to the asker, which queues them
-//     (queue.Broker.RemoteYourJobs) and sends at once the NEEDJOBS that
-//     returns. A lost YOURJOBS leaves the giver's at-least-once copies to
+//     (queue.Broker.ImportYourJobs) and sends at once the NEEDJOBS that
+//     returns, before it waits for the import's durability. A NEEDJOBS
+//     does not wait behind the messages read with it or before it
+//     (needJobsFirst, HandleBatchQueued). A lost YOURJOBS leaves the giver's at-least-once copies to
 //     requeue after their RETRY; an at-most-once job is then lost, never
 //     delivered twice.
 //   - GLOBALQLEN (jobs_qlen.go, PeersQueueLen): QUEUELEN (a request id

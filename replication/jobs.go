@@ -97,6 +97,10 @@ type Jobs struct {
 	// confirm: per sender, the REPLJOB copies waiting for durability
 	// before their GOTJOB (jobs_handle.go); confirmers counts the
 	// goroutines running them, which Close waits for.
+	// peerInc: per node, the incarnation of its store its last GOTJOB
+	// said (storage.Store.ReplicaIncarnation), which a first REPLJOB to
+	// it carries (sendRepl).
+	peerInc    map[string]uint64
 	confirm    map[string]*gotJobConfirmer
 	confirmers sync.WaitGroup
 	closed     bool
@@ -110,6 +114,9 @@ type Jobs struct {
 	givers givers
 	// qlens: the GLOBALQLEN asks waiting for answers (jobs_qlen.go).
 	qlens qlenTable
+	// inboxes: per sender, the batches HandleBatchQueued queued for its
+	// handler goroutine (jobs_inbox.go; its own lock, not mu).
+	inboxes inboxes
 
 	stop chan struct{}
 	done chan struct{}
@@ -215,6 +222,7 @@ func NewJobs(cfg JobsConfig) (*Jobs, error) {
 	}
 	j := &Jobs{cfg: cfg, log: cfg.Logger, repl: map[string]*pendingRepl{}, acks: newAckTable(),
 		confirm: map[string]*gotJobConfirmer{},
+		peerInc: map[string]uint64{},
 		stop:    make(chan struct{}), done: make(chan struct{})}
 	j.pauses.file = cfg.PauseFile
 	j.loadPauses()
@@ -271,6 +279,7 @@ func (j *Jobs) Close() error {
 	if j.broker != nil {
 		<-j.done
 	}
+	j.closeInboxes()
 	j.confirmers.Wait()
 	j.givers.running.Wait()
 	return nil
@@ -290,7 +299,12 @@ func (j *Jobs) Stats() JobsStats {
 }
 
 // KnownNodes implements queue.Cluster.
-func (j *Jobs) KnownNodes() int { return max(len(j.cfg.Peers.Nodes()), 1) }
+func (j *Jobs) KnownNodes() int {
+	if c, ok := j.cfg.Peers.(interface{ NodeCount() int }); ok {
+		return max(c.NodeCount(), 1) // Membership: no list built per ADDJOB
+	}
+	return max(len(j.cfg.Peers.Nodes()), 1)
+}
 
 // ReachablePeers implements queue.Cluster.
 func (j *Jobs) ReachablePeers() int { return len(j.reachableIDs()) }
@@ -421,7 +435,11 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 		}
 		j.mu.Unlock()
 	}()
-	j.sendRepl(jobs, prs, nil, false)
+	// The first REPLJOBs of these jobs, to every node they go to: no
+	// node has had one before (this is the only Replicate of a job, and
+	// its id was known to nobody), which lets a receiver skip its index
+	// lookup (sendRepl's first). The resends below are not first.
+	j.sendRepl(jobs, prs, nil, false, true)
 
 	t := time.NewTimer(j.cfg.ResendInterval)
 	defer t.Stop()
@@ -500,7 +518,7 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 		for k, i := range resend {
 			sub[k], subp[k] = jobs[i], prs[i]
 		}
-		j.sendRepl(sub, subp, nil, false)
+		j.sendRepl(sub, subp, nil, false, false)
 	}
 }
 
@@ -522,10 +540,19 @@ func pick(from, except []string, n int) []string {
 
 // sendRepl sends each job to the nodes of its pendingRepl that have not
 // confirmed it (to all of nodes[i] when prs is nil), one REPLJOB per node.
-func (j *Jobs) sendRepl(jobs []queue.Replication, prs []*pendingRepl, nodes [][]string, noReply bool) {
+// With first the caller says these are the jobs' first REPLJOBs to those
+// nodes, sent before anyone but this node knew their ids: each is stamped
+// with the incarnation its node's GOTJOBs last gave (none known: not
+// marked), so the node can store them without its index lookup
+// (storage.Batch.AddReplicaFirst says why that is exact).
+func (j *Jobs) sendRepl(jobs []queue.Replication, prs []*pendingRepl, nodes [][]string, noReply, first bool) {
 	per := map[string][]replJob{}
 	var order []string
+	var stamp map[string]uint64
 	j.mu.Lock()
+	if first {
+		stamp = j.peerInc
+	}
 	for i, r := range jobs {
 		var list, targets []string
 		if prs != nil {
@@ -547,9 +574,13 @@ func (j *Jobs) sendRepl(jobs []queue.Replication, prs []*pendingRepl, nodes [][]
 			per[n] = append(per[n], replJob{Job: &jc, Body: r.Body})
 		}
 	}
+	heads := make([]replHeader, len(order))
+	for k, n := range order {
+		heads[k] = replHeader{noReply: noReply, first: stamp[n]}
+	}
 	j.mu.Unlock()
-	for _, n := range order {
-		j.send(n, MsgReplJob, encodeReplJobs(noReply, per[n]))
+	for k, n := range order {
+		j.send(n, MsgReplJob, encodeReplJobsHeader(heads[k], per[n]))
 		j.count(func(s *JobsStats) { s.ReplJobsSent += int64(len(per[n])) })
 	}
 }
@@ -568,7 +599,7 @@ func (j *Jobs) ReplicateAsync(jobs []queue.Replication) [][]string {
 	for i, r := range jobs {
 		nodes[i] = append([]string{j.self()}, pick(reach, nil, int(r.Job.Repl)-1)...)
 	}
-	j.sendRepl(jobs, nil, nodes, true)
+	j.sendRepl(jobs, nil, nodes, true, false)
 	return nodes
 }
 
@@ -607,5 +638,5 @@ func (j *Jobs) SendAsync(jobs []queue.Replication) {
 		}
 		nodes[i] = list
 	}
-	j.sendRepl(jobs, nil, nodes, true)
+	j.sendRepl(jobs, nil, nodes, true, false)
 }

@@ -90,12 +90,21 @@ func TestReplicatePlannedNodesQueueByOneRecord(t *testing.T) {
 		}
 	})
 	var res queue.AddResult
-	syncAdd := grew(func() { res = addJob(t, origin, queue.AddRequest{Replicate: 3, Timeout: 5000}) })
-	if res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	if extra := syncAdd - asyncAdd; extra <= 0 || extra > queueRecord {
-		t.Fatalf("the synchronous add wrote %d bytes more than the ASYNC one, want at most one QUEUE record (%d bytes)", extra, queueRecord)
+	for try := 1; ; try++ {
+		syncAdd := grew(func() { res = addJob(t, origin, queue.AddRequest{Replicate: 3, Timeout: 5000}) })
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		extra := syncAdd - asyncAdd
+		if extra > 0 && extra <= queueRecord {
+			break
+		}
+		// GOTJOBs later than the resend interval (a loaded machine) add
+		// a fourth node, whose node list is rightly a record of its own:
+		// not what this test is about, so that add is tried again.
+		if j, err := origin.st.Job(res.ID); err != nil || len(j.Nodes) <= 3 || try == 5 {
+			t.Fatalf("the synchronous add wrote %d bytes more than the ASYNC one, want at most one QUEUE record (%d bytes); job %+v, %v", extra, queueRecord, j, err)
+		}
 	}
 	j, err := origin.st.Job(res.ID)
 	if err != nil || j.State != storage.StateQueued || len(j.Nodes) != 3 || j.Nodes[0] != origin.id {

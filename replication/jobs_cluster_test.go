@@ -49,6 +49,7 @@ func (p staticPeers) Reachable() []NodeInfo {
 // job protocol and its end of the MemNetwork.
 type jobsNode struct {
 	dir    string
+	fs     vfs.FS // the store's, if set (else the OS's)
 	id     string
 	st     *storage.Store
 	broker *queue.Broker
@@ -76,6 +77,9 @@ type testCluster struct {
 	// the receiver never sees them, as with a link cut at that moment
 	// (ackgc_held_test.go).
 	lose func(to, from string, m Message) bool
+	// fsFor, if set, is the file system of a node's store (vfs.Default
+	// otherwise); set before the node opens.
+	fsFor func(nd *jobsNode) vfs.FS
 }
 
 func newTestCluster(t *testing.T, n int, ackTick time.Duration) *testCluster {
@@ -107,6 +111,12 @@ func (c *testCluster) open(nd *jobsNode) {
 	t.Helper()
 	opts := storage.TestingOptions()
 	opts.FS, opts.Sync = vfs.Default, wal.SyncAlways
+	if c.fsFor != nil {
+		opts.FS = c.fsFor(nd)
+	}
+	if nd.fs != nil {
+		opts.FS = nd.fs
+	}
 	opts.Logger = quietLog()
 	st, err := storage.Open(nd.dir, opts)
 	if err != nil {
@@ -133,7 +143,7 @@ func (c *testCluster) open(nd *jobsNode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handle := nd.jobs.HandleBatch
+	handle := nd.jobs.HandleBatchQueued
 	nd.tr = c.net.JoinBatch(nd.id, func(from string, ms []Message) { // as the daemon delivers them
 		c.mu.Lock()
 		lose := c.lose

@@ -16,7 +16,9 @@ import (
 // sends FASTDEL (DELJOB that wants an answer) to the holders that have
 // not answered; a holder deletes its copy (as for DELJOB) and, once that
 // is durable, answers GOTACK; once every holder answered (or was
-// forgotten) the placeholder is deleted, with no further message. In the
+// forgotten) the placeholder is deleted, with no further message. A
+// holder that knows more holders than the FASTDEL says (mayhave, as in
+// SETACK) takes the rest over: fastDelJobs. In the
 // common case that is one FASTDEL and one GOTACK per holder, against
 // ACKJOB's SETACK, GOTACK and DELJOB.
 //
@@ -33,6 +35,13 @@ import (
 // job with no holder but this node, or an unknown id with no other node
 // known, is deleted here at once.
 func (j *Jobs) FastAcked(jobs []*storage.Job, unknown []string) {
+	j.fastAcked(jobs, unknown, "")
+}
+
+// fastAcked is FastAcked; a holder that answered already (except: the
+// sender of the FASTDEL a holder that knows more holders takes over,
+// fastDelJobs) gets none.
+func (j *Jobs) fastAcked(jobs []*storage.Job, unknown []string, except string) {
 	now := j.cfg.Now()
 	self := j.self()
 	var others []string
@@ -47,7 +56,7 @@ func (j *Jobs) FastAcked(jobs []*storage.Job, unknown []string) {
 		}
 		gc := &ackGC{fast: true, next: now, mayhave: len(job.Nodes), etime: job.Etime}
 		for _, n := range job.Nodes {
-			if n != self {
+			if n != self && n != except {
 				gc.targets = append(gc.targets, n)
 			}
 		}
@@ -91,13 +100,16 @@ func (j *Jobs) fastAnsweredLocked(gc *ackGC, from string) bool {
 	return true
 }
 
-// sendFastDels sends each target its FASTDEL ids, in messages of
-// idsPerMessage, counted with the DELJOBs; it returns how many it sent.
-func (j *Jobs) sendFastDels(per map[string][]string) int {
+// sendFastDels sends each target its FASTDEL ids, each with how many
+// holders its deletion knows (mayhave, as SETACK's: 0 for an id unknown
+// here, whose deletion goes to every node), in messages of idsPerMessage,
+// counted with the DELJOBs; it returns how many it sent.
+func (j *Jobs) sendFastDels(per map[string][]string, mayhave map[string][]int) int {
 	sent := 0
 	for n, ids := range per {
 		for i := 0; i < len(ids); i += idsPerMessage {
-			j.send(n, MsgFastDel, encodeIDs(ids[i:min(i+idsPerMessage, len(ids))]))
+			k := min(i+idsPerMessage, len(ids))
+			j.send(n, MsgFastDel, encodeSetAcks(ids[i:k], mayhave[n][i:k]))
 			sent++
 		}
 	}
@@ -124,9 +136,54 @@ func (j *Jobs) delJobs(ids []string) error {
 // (delJobs, which also ends a collection of them here) and, once that is
 // durable, from is answered GOTACK ("not known": nothing is left here).
 // A failed delete is not answered: from's next round asks again.
-func (j *Jobs) fastDelJobs(from string, ids []string) {
-	if err := j.delJobs(ids); err != nil {
-		return
+//
+// A copy whose holders here are more than the sender's deletion knows
+// (mayhave; a copy given on, by federation or to a WILLQUEUE's sender) is
+// FASTACKed here instead, as ACKJOB's SETACK has the holder that knows
+// more collect the job: acked, a placeholder, and this node's own
+// deletion goes to its other holders (not from); from is answered once
+// the ack is durable. Deleted, the copy only this node knew of would stay
+// active, requeued at its RETRY and delivered again.
+func (j *Jobs) fastDelJobs(from string, ids []string, mayhave []int) {
+	var del, more []string
+	for i, id := range ids {
+		if mayhave[i] > 0 {
+			if job, err := j.broker.Store().Job(id); err == nil && job.State != storage.StateAcked && len(job.Nodes) > mayhave[i] {
+				more = append(more, id)
+				continue
+			}
+		}
+		del = append(del, id)
 	}
-	j.send(from, MsgGotAck, encodeGotAcks(ids, make([]bool, len(ids))))
+	var answer []string
+	if len(more) > 0 {
+		acked, unknown, err := j.broker.FastAckFor(more)
+		if err != nil {
+			j.log.Warn("replication: FASTDEL", "jobs", len(more), "err", err)
+		} else {
+			// Any not acked here (a state FASTACK leaves alone) is
+			// deleted, as before.
+			taken := map[string]bool{}
+			for _, job := range acked {
+				taken[job.ID] = true
+			}
+			for _, id := range unknown {
+				taken[id] = true
+			}
+			for _, id := range more {
+				if taken[id] {
+					answer = append(answer, id)
+				} else {
+					del = append(del, id)
+				}
+			}
+			j.fastAcked(acked, unknown, from)
+		}
+	}
+	if len(del) > 0 && j.delJobs(del) == nil {
+		answer = append(answer, del...)
+	}
+	if len(answer) > 0 {
+		j.send(from, MsgGotAck, encodeGotAcks(answer, make([]bool, len(answer))))
+	}
 }

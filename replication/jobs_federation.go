@@ -18,9 +18,13 @@ import (
 //     taken from the queue for a message that could not leave:
 //     queue.Broker.RemoteNeedJobs takes them (durably) and the YOURJOBS
 //     carrying them goes to the asker on its link.
-//   - An incoming YOURJOBS is queued here (queue.Broker.RemoteYourJobs),
+//   - An incoming YOURJOBS is queued here (queue.Broker.ImportYourJobs),
 //     and the NEEDJOBS it calls for (blocked clients emptied the queue
-//     again) go at once.
+//     again) go at once, before the import's durability wait.
+//   - NEEDJOBS never waits behind the sender's other messages: a batch's
+//     NEEDJOBS are handled first, and with the daemon's handler
+//     (HandleBatchQueued, jobs_inbox.go) while earlier batches still wait
+//     for their durable writes.
 //
 // A YOURJOBS lost on the way (the link broke after the write) leaves an
 // at-least-once job active on the giver, which requeues it after its
@@ -103,6 +107,38 @@ type giver struct {
 // (more are dropped: NEEDJOBS is asked again at its pace).
 const maxNeedJobsPending = 1024
 
+// needJobsFirst handles the NEEDJOBS of a batch one link read together
+// before the rest of it, and returns the rest in order (HandleBatch). A
+// NEEDJOBS only records what the asker wants (handleNeedJobs) and the
+// giver goroutine answers it concurrently with whatever the link handles
+// next, so taking it first only lets the answer also run beside the
+// messages that came before it in the batch: the SETACKs and DELJOBs of
+// the asker's last jobs, each of which waits for its own durable write on
+// the link (under appendfsync always, an fsync each). Behind them the
+// NEEDJOBS waited a few ms to tens of ms per round trip, and the jobs on
+// this node waited as long for the asker (bench/README.md "Cross-node
+// latency under appendfsync always"). No other message's order changes.
+func (j *Jobs) needJobsFirst(from string, ms []Message) []Message {
+	n := 0
+	for _, m := range ms {
+		if m.Type == MsgNeedJobs {
+			n++
+		}
+	}
+	if n == 0 {
+		return ms
+	}
+	rest := make([]Message, 0, len(ms)-n)
+	for _, m := range ms {
+		if m.Type == MsgNeedJobs {
+			j.Handle(from, m)
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	return rest
+}
+
 // handleNeedJobs records a NEEDJOBS, to be answered by the asker's giver
 // goroutine (started if none runs).
 func (j *Jobs) handleNeedJobs(from string, p []byte) error {
@@ -172,20 +208,25 @@ func (j *Jobs) give(from, name string, count int) {
 	j.count(func(s *JobsStats) { s.YourJobsSent += int64(len(jobs)) })
 }
 
-// handleYourJobs queues the jobs another node moved here.
+// handleYourJobs queues the jobs another node moved here. The NEEDJOBS
+// the import calls for (blocked clients took every job of it) go before
+// its durability wait, not after: that write is not in the next round
+// trip (queue.Broker.ImportYourJobs says why it is safe).
 func (j *Jobs) handleYourJobs(from string, p []byte) error {
 	jobs, err := decodeYourJobs(p)
 	if err != nil {
 		return err
 	}
 	j.count(func(s *JobsStats) { s.YourJobsReceived += int64(len(jobs)) })
-	more, err := j.broker.RemoteYourJobs(from, jobs)
-	if err != nil {
-		// Not queued here: the sender's at-least-once copies requeue
-		// after their RETRY.
-		j.log.Warn("replication: YOURJOBS", "from", from, "jobs", len(jobs), "err", err)
-		return nil
+	more, durable, err := j.broker.ImportYourJobs(from, jobs)
+	if err == nil {
+		j.NeedJobs(more)
+		err = durable.Wait()
 	}
-	j.NeedJobs(more)
+	if err != nil {
+		// Not queued here (or not durably): the sender's at-least-once
+		// copies requeue after their RETRY.
+		j.log.Warn("replication: YOURJOBS", "from", from, "jobs", len(jobs), "err", err)
+	}
 	return nil
 }

@@ -21,17 +21,17 @@ func (j *Jobs) Handle(from string, m Message) {
 	case MsgReplJob:
 		err = j.handleReplJob(from, m.Payload)
 	case MsgGotJob:
-		var ids []string
-		if ids, err = decodeIDs(m.Payload); err == nil {
-			j.gotJobs(from, ids)
+		ids, inc, e := decodeGotJobs(m.Payload)
+		if err = e; err == nil {
+			j.gotJobs(from, ids, inc)
 		}
 	case MsgSetAck, MsgGotAck, MsgDelJob:
 		j.handleCollectRun(from, []Message{m}) // ackgc_batch.go
 		return
 	case MsgFastDel:
-		var ids []string
-		if ids, err = decodeIDs(m.Payload); err == nil {
-			j.fastDelJobs(from, ids)
+		ids, mayhave, e := decodeSetAcks(m.Payload)
+		if err = e; err == nil {
+			j.fastDelJobs(from, ids, mayhave)
 		}
 	case MsgWillQueue:
 		var ids []string
@@ -75,8 +75,10 @@ func (j *Jobs) Handle(from string, m Message) {
 // one by one — but a run of consecutive REPLJOBs is applied as one
 // (handleReplJobs): one store commit for all their copies, and one
 // GOTJOB for those of them that want an answer; so is a run of SETACKs
-// and DELJOBs, and one of GOTACKs (handleCollectRun, ackgc_batch.go).
+// and DELJOBs, and one of GOTACKs (handleCollectRun, ackgc_batch.go);
+// and the batch's NEEDJOBS go first (needJobsFirst).
 func (j *Jobs) HandleBatch(from string, ms []Message) {
+	ms = j.needJobsFirst(from, ms) // jobs_federation.go
 	for i := 0; i < len(ms); {
 		if k := collectRunEnd(ms, i); k > i {
 			j.handleCollectRun(from, ms[i:k])
@@ -107,9 +109,9 @@ func (j *Jobs) handleReplJobRun(from string, ms []Message) {
 		return
 	}
 	var all []replJob
-	var noReply []bool // per job of all: its REPLJOB wants no GOTJOB
+	var heads []replHeader // per job of all: its REPLJOB's
 	for _, m := range ms {
-		nr, jobs, err := decodeReplJobs(m.Payload)
+		h, jobs, err := decodeReplJobs(m.Payload)
 		if err != nil {
 			j.count(func(s *JobsStats) { s.BadPayloads++ })
 			j.log.Warn("replication: dropped a malformed message", "from", from, "type", m.Type, "bytes", len(m.Payload), "err", err)
@@ -117,10 +119,10 @@ func (j *Jobs) handleReplJobRun(from string, ms []Message) {
 		}
 		all = append(all, jobs...)
 		for range jobs {
-			noReply = append(noReply, nr)
+			heads = append(heads, h)
 		}
 	}
-	j.applyReplJobs(from, all, noReply)
+	j.applyReplJobs(from, all, heads)
 }
 
 // handleReplJob stores the copies and answers GOTJOB for those durable
@@ -131,22 +133,24 @@ func (j *Jobs) handleReplJobRun(from string, ms []Message) {
 // (confirmGotJobs), so the link goes on to the next REPLJOBs meanwhile
 // and they share the AOF write, and one GOTJOB answers them all.
 func (j *Jobs) handleReplJob(from string, p []byte) error {
-	nr, jobs, err := decodeReplJobs(p)
+	h, jobs, err := decodeReplJobs(p)
 	if err != nil {
 		return err
 	}
-	noReply := make([]bool, len(jobs))
-	for i := range noReply {
-		noReply[i] = nr
+	heads := make([]replHeader, len(jobs))
+	for i := range heads {
+		heads[i] = h
 	}
-	j.applyReplJobs(from, jobs, noReply)
+	j.applyReplJobs(from, jobs, heads)
 	return nil
 }
 
 // applyReplJobs applies copies in one ReplicaApply and hands the ids of
 // those applied whose REPLJOB wants an answer to the sender's confirmer.
-// While RefuseCopies gives a reason, none is applied.
-func (j *Jobs) applyReplJobs(from string, jobs []replJob, noReply []bool) {
+// While RefuseCopies gives a reason, none is applied. heads[i] is the
+// header of the REPLJOB of jobs[i]: whether it wants an answer, and
+// whether it is the origin's first to this node (queue.Replica.First).
+func (j *Jobs) applyReplJobs(from string, jobs []replJob, heads []replHeader) {
 	if len(jobs) == 0 {
 		return
 	}
@@ -159,7 +163,7 @@ func (j *Jobs) applyReplJobs(from string, jobs []replJob, noReply []bool) {
 	}
 	reps := make([]queue.Replica, len(jobs))
 	for i, r := range jobs {
-		reps[i] = queue.Replica{Job: r.Job, Body: r.Body}
+		reps[i] = queue.Replica{Job: r.Job, Body: r.Body, First: heads[i].first}
 	}
 	errs, durable := j.broker.ReplicaApply(reps)
 	var ok []string
@@ -167,7 +171,7 @@ func (j *Jobs) applyReplJobs(from string, jobs []replJob, noReply []bool) {
 		switch {
 		case e != nil:
 			j.log.Debug("replication: copy refused", "job", jobs[i].Job.ID, "from", from, "err", e)
-		case !noReply[i]:
+		case !heads[i].noReply:
 			ok = append(ok, jobs[i].Job.ID)
 		}
 	}
@@ -238,16 +242,24 @@ func (j *Jobs) confirmGotJobs(from string, c *gotJobConfirmer) {
 			ok = append(ok, pg.ids...)
 		}
 		if len(ok) > 0 {
-			j.send(from, MsgGotJob, encodeIDs(ok))
+			// With this store's incarnation, which the sender stamps
+			// its next first REPLJOBs with.
+			j.send(from, MsgGotJob, encodeGotJobs(ok, j.broker.Store().ReplicaIncarnation()))
 		}
 	}
 }
 
 // gotJobs records GOTJOB answers and wakes the Replicate calls that have
-// enough.
-func (j *Jobs) gotJobs(from string, ids []string) {
+// enough; incarnation is the sender store's (0: none), which stamps the
+// first REPLJOBs sent it from now on.
+func (j *Jobs) gotJobs(from string, ids []string, incarnation uint64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if incarnation != 0 {
+		j.peerInc[from] = incarnation
+	} else {
+		delete(j.peerInc, from)
+	}
 	j.stats.GotJobsReceived += int64(len(ids))
 	now := j.nowMillis()
 	for i, id := range ids {

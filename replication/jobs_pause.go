@@ -91,11 +91,20 @@ func (pb *pauseBook) next(now time.Time) uint64 {
 // version, into the book and to every other known node; a node that does
 // not get it now gets it when it is reachable again (syncPauses).
 func (j *Jobs) Paused(name string, p storage.PauseState) {
-	if j.bound.Load() == nil {
+	b := j.bound.Load()
+	if b == nil {
 		return // not started: no transport yet
 	}
 	pb := &j.pauses
 	pb.mu.Lock()
+	// The caller applied p before this (Broker.Pause, without pb.mu): a
+	// broadcast from another node taken since then overwrote it, and the
+	// version made here, newer, would leave this node alone with that
+	// state. Applied again under pb.mu (a no-op in the common case), the
+	// store and the book agree.
+	if err := b.RemotePause(name, p); err != nil {
+		j.log.Warn("replication: PAUSE BCAST", "queue", name, "err", err)
+	}
 	v := pauseVersion{State: p, Ver: pb.next(j.cfg.Now()), Origin: j.self()}
 	pb.states[name] = v
 	j.savePausesLocked()

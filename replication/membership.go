@@ -412,6 +412,14 @@ func (m *Membership) Nodes() []NodeInfo {
 	return out
 }
 
+// NodeCount is len(Nodes()) without building the list: ADDJOB's default
+// REPLICATE and every ACKJOB's Clustered read it.
+func (m *Membership) NodeCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.peers) + 1
+}
+
 // Reachable is every other node neither suspected nor failed: seen alive
 // by this memberlist instance, or pending — known from the nodes file (or
 // from before SetNodeTimeout recreated memberlist) and not yet found dead

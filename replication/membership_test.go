@@ -508,6 +508,9 @@ func TestMembershipForgetBan(t *testing.T) {
 	if _, ok := a.node(c.id); ok {
 		t.Fatal("c still listed right after Forget")
 	}
+	if n, want := a.m.NodeCount(), len(a.m.Nodes()); n != want || n != 2 {
+		t.Fatalf("NodeCount = %d after Forget, Nodes lists %d, want 2", n, want)
+	}
 	// A deadline, not a timing claim: OnChange is called from the
 	// membership's own goroutine, late on a loaded machine (2 s failed).
 	waitFor(t, 10*time.Second, "OnChange says c is gone", func() bool {

@@ -81,6 +81,10 @@ type op struct {
 	// (REPLJOB) or of a dummy ack; an id that exists makes it a no-op that
 	// succeeds (Result.Old is the job as it is), not ErrExists.
 	replica bool
+	// firstInc (live adds only): AddReplicaFirst's stamp; firstFast: its
+	// add skipped the Pebble lookup (replica_first.go).
+	firstInc  uint64
+	firstFast bool
 	// nodes: the node list a NODES record sets.
 	nodes []string
 	awake int64 // nack

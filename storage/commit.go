@@ -342,7 +342,7 @@ func (s *Store) QueuedJobs(entries []QueueEntry) ([]*Job, error) {
 		return nil, err
 	}
 	for _, i := range old {
-		j, err := s.currentJob(nil, entries[i].Pos.ID)
+		j, err := s.currentJob(nil, entries[i].Pos.ID, true)
 		if err != nil {
 			return nil, err
 		}
@@ -518,7 +518,9 @@ func (s *Store) resolve(overlay map[string]*Job, o *op) (old, nj *Job, err error
 		return nil, nil, nil
 	}
 	if !o.fresh { // a fresh id is new: there is nothing to read
-		if old, err = s.currentJob(overlay, o.id); err != nil {
+		// A first REPLJOB the store can prove new reads memory only.
+		o.firstFast = o.typ == recAdd && s.firstFastLocked(o)
+		if old, err = s.currentJob(overlay, o.id, !o.firstFast); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -564,8 +566,8 @@ func (s *Store) resolve(overlay map[string]*Job, o *op) (old, nj *Job, err error
 
 // currentJob returns the job with id as the batch so far left it: from
 // overlay, the job cache, the write buffer or else Pebble; nil if there is
-// none.
-func (s *Store) currentJob(overlay map[string]*Job, id string) (*Job, error) {
+// none. Without pebble it does not read Pebble.
+func (s *Store) currentJob(overlay map[string]*Job, id string, pebble bool) (*Job, error) {
 	if j, ok := overlay[id]; ok {
 		return j, nil
 	}
@@ -575,6 +577,9 @@ func (s *Store) currentJob(overlay map[string]*Job, id string) (*Job, error) {
 	j, found, err := s.getBuffered(id)
 	if err != nil || found {
 		return j, err
+	}
+	if !pebble {
+		return nil, nil
 	}
 	return s.getJob(s.db, id)
 }
@@ -616,6 +621,7 @@ func (s *Store) write(b *writeBuffer, o *op, old, nj *Job, lsn wal.LSN) error {
 	case nj == nil:
 	case o.typ == recAdd:
 		nj.BodyLSN = lsn
+		s.firstAddedLocked(o)
 	case o.typ == recMove, o.typ == recMoveFull, o.typ == recSnap:
 		// A new creator (see Job.creatorLSNs): the job's earlier ones (and
 		// its body's record) stay while their segments do. (A MOVE of an
@@ -690,6 +696,7 @@ func dedupLSNs(lsns []wal.LSN) []wal.LSN {
 // zero; every AOF segment before this record holds only dead bodies now.
 func (s *Store) flushAll(b *writeBuffer) error {
 	var errs []error
+	s.firstFlushedLocked()
 	// The table of interned node ids stays: numbers are never reused
 	// (nodenames.go).
 	for _, p := range []byte{prefixJob, prefixQueue, prefixSchedule, prefixCount, prefixSegment, prefixHold, prefixPause, prefixResume} {
@@ -739,6 +746,7 @@ func (s *Store) putJob(b *writeBuffer, old, nj *Job) error {
 	} else {
 		s.kbuf = appendJobKey(s.kbuf[:0], old.ID)
 		del(s.kbuf)
+		s.firstDeletedLocked(old.ID)
 	}
 	// Queue order.
 	wasQueued := old != nil && old.State == StateQueued

@@ -128,6 +128,9 @@ type Store struct {
 	// room is the index's write back-pressure (backpressure.go), which
 	// writers wait for before they take mu.
 	room *indexRoom
+
+	// first is AddReplicaFirst's state (replica_first.go), under mu.
+	first firstGuard
 }
 
 // RecoveryInfo describes what Open did.
@@ -199,6 +202,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		if s.readOnly {
 			err = fmt.Errorf("%w (%d bytes free, %d needed): %w", ErrNoSpace, free, opts.ReadOnlyBelow, err)
 		}
+		return nil, err
+	}
+	if err := s.initFirstGuard(); err != nil { // replica_first.go
+		s.closeFiles()
 		return nil, err
 	}
 	if s.readOnly {

@@ -68,12 +68,14 @@ func listenBus(cfg config, log *slog.Logger) (*clusterBus, error) {
 
 // busBatchHandler hands the job messages of the bus, as each link read
 // them together, to the job protocol of the current broker (which applies
-// consecutive REPLJOBs as one: Jobs.HandleBatch); while there is none (a
-// store reopening) they are dropped, and the protocol's retries send again
-// what matters.
+// consecutive REPLJOBs as one: Jobs.HandleBatch, on the sender's own
+// goroutine so that the link goes on reading and a NEEDJOBS is answered
+// at once: Jobs.HandleBatchQueued); while there is none (a store
+// reopening) they are dropped, and the protocol's retries send again what
+// matters.
 func (b *clusterBus) busBatchHandler(from string, ms []replication.Message) {
 	if j := b.jobs.Load(); j != nil {
-		j.HandleBatch(from, ms)
+		j.HandleBatchQueued(from, ms)
 		return
 	}
 	b.log.Debug("cluster bus: messages dropped: no broker", "from", from, "messages", len(ms))

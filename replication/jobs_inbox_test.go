@@ -1,0 +1,240 @@
+package replication
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/queue"
+	"github.com/diskque/diskque/storage"
+)
+
+// syncGate holds every Sync of the files of a gatedFS while it is shut,
+// as a slow disk holds an fsync.
+type syncGate struct {
+	mu   sync.Mutex
+	shut chan struct{} // nil: open
+	held atomic.Int64  // Syncs that waited at the gate
+}
+
+func (g *syncGate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut == nil {
+		g.shut = make(chan struct{})
+	}
+}
+
+func (g *syncGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut != nil {
+		close(g.shut)
+		g.shut = nil
+	}
+}
+
+func (g *syncGate) wait() {
+	g.mu.Lock()
+	ch := g.shut
+	g.mu.Unlock()
+	if ch != nil {
+		g.held.Add(1)
+		<-ch
+	}
+}
+
+// gatedFS is the OS filesystem with Syncs held by a gate.
+type gatedFS struct {
+	vfs.FS
+	g *syncGate
+}
+
+type syncGatedFile struct {
+	vfs.File
+	g *syncGate
+}
+
+func (f syncGatedFile) Sync() error {
+	f.g.wait()
+	return f.File.Sync()
+}
+
+func (fs gatedFS) wrap(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return syncGatedFile{f, fs.g}, nil
+}
+
+func (fs gatedFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.wrap(fs.FS.Create(name, c))
+}
+
+func (fs gatedFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	return fs.wrap(fs.FS.OpenReadWrite(name, c, opts...))
+}
+
+func (fs gatedFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.wrap(fs.FS.ReuseForWrite(oldname, newname, c))
+}
+
+// TestInboxNeedJobsNotBehindADurableWait: a NEEDJOBS that arrives while
+// the sender's last message (a SETACK) waits for its fsync is answered at
+// once: the jobs leave B's queue for A while the SETACK still waits, and
+// reach A once the disk lets it go. (Handled on the link's reader, as
+// before HandleBatchQueued, the NEEDJOBS waited for the SETACK's fsync:
+// B's queue stayed full until the gate opened.)
+func TestInboxNeedJobsNotBehindADurableWait(t *testing.T) {
+	c := fedCluster(t, 2)
+	a, b := c.nodes[0], c.nodes[1]
+	gate := &syncGate{}
+	c.close(b)
+	b.fs = gatedFS{vfs.Default, gate}
+	c.open(b)
+	if err := b.broker.Tick(time.Now().UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	for range n {
+		if r := addJob(t, b, queue.AddRequest{Replicate: 1}); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	acked := addJob(t, b, queue.AddRequest{Queue: "other", Replicate: 1})
+	if acked.Err != nil {
+		t.Fatal(acked.Err)
+	}
+
+	gate.close()
+	defer gate.open()
+	// Sent by A on its link, read by B's reader, as in the daemon.
+	if err := a.tr.Send(b.id, Message{Type: MsgSetAck, Payload: encodeSetAcks([]string{acked.ID}, []int{2})}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the SETACK waiting for its fsync", func() bool { return gate.held.Load() > 0 })
+	if err := a.tr.Send(b.id, Message{Type: MsgNeedJobs, Payload: encodeNeedJobs("q", 2)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "B giving jobs while the SETACK waits", func() bool { return b.st.QueueLen("q") < n })
+	gate.open()
+	eventually(t, "the jobs queued on A", func() bool { return a.st.QueueLen("q") > 0 })
+	eventually(t, "the SETACK applied on B", func() bool {
+		j, err := b.st.Job(acked.ID)
+		return err == nil && j.State == storage.StateAcked
+	})
+}
+
+// TestInboxKeepsOrderAndBound: one sender's batches are handled in the
+// order they came, however many queue up behind a durable wait, and a
+// reader whose sender's inbox is full waits for room.
+func TestInboxKeepsOrderAndBound(t *testing.T) {
+	c := fedCluster(t, 2)
+	a, b := c.nodes[0], c.nodes[1]
+	gate := &syncGate{}
+	c.close(b)
+	b.fs = gatedFS{vfs.Default, gate}
+	c.open(b)
+	var ids []string
+	for range maxInboxBatches + 2 {
+		r := addJob(t, b, queue.AddRequest{Replicate: 1})
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		ids = append(ids, r.ID)
+	}
+	gate.close()
+	defer gate.open()
+	// Each batch: the job's SETACK, then its DELJOB. Applied out of order,
+	// a DELJOB before its SETACK would leave the job acked, not deleted.
+	batch := func(id string) []Message {
+		return []Message{
+			{Type: MsgSetAck, Payload: encodeSetAcks([]string{id}, []int{2})},
+			{Type: MsgDelJob, Payload: encodeIDs([]string{id})},
+		}
+	}
+	// The first batch is taken by the handler, whose SETACK then waits at
+	// the gate; maxInboxBatches more fit; the reader waits with the last.
+	b.jobs.HandleBatchQueued(a.id, batch(ids[0]))
+	eventually(t, "the first SETACK waiting for its fsync", func() bool { return gate.held.Load() > 0 })
+	var queued atomic.Int64
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		for _, id := range ids[1:] {
+			b.jobs.HandleBatchQueued(a.id, batch(id))
+			queued.Add(1)
+		}
+	}()
+	eventually(t, "the inbox full", func() bool { return queued.Load() == maxInboxBatches })
+	b.jobs.inboxes.mu.Lock()
+	held := len(b.jobs.inboxes.byFrom[a.id].batches)
+	b.jobs.inboxes.mu.Unlock()
+	if held != maxInboxBatches {
+		t.Fatalf("the inbox holds %d batches, want %d", held, maxInboxBatches)
+	}
+	select {
+	case <-readerDone:
+		t.Fatal("the reader went on past a full inbox")
+	default:
+	}
+	gate.open()
+	<-readerDone
+	for _, id := range ids {
+		eventually(t, "job "+id+" deleted on B", func() bool { return b.state(t, id) == "" })
+	}
+}
+
+// TestYourJobsAsksAgainBeforeTheImportIsDurable: a YOURJOBS whose jobs
+// the blocked clients take at once (the queue empty again) sends its
+// NEEDJOBS to the source while the import still waits for its fsync, not
+// after (it did after: one more fsync in every round trip).
+func TestYourJobsAsksAgainBeforeTheImportIsDurable(t *testing.T) {
+	c := fedCluster(t, 2)
+	a, b := c.nodes[0], c.nodes[1]
+	gate := &syncGate{}
+	c.close(b)
+	b.fs = gatedFS{vfs.Default, gate}
+	c.open(b)
+	if err := b.broker.Tick(time.Now().UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	var asked atomic.Int64 // NEEDJOBS from B to A for more than one job (not a broadcast)
+	c.mu.Lock()
+	c.lose = func(to, from string, m Message) bool {
+		if to == a.id && from == b.id && m.Type == MsgNeedJobs {
+			if _, count, err := decodeNeedJobs(m.Payload); err == nil && count > 1 {
+				asked.Add(1)
+			}
+		}
+		return false
+	}
+	c.mu.Unlock()
+	r := addJob(t, a, queue.AddRequest{Replicate: 1})
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	give, err := a.broker.RemoteNeedJobs(b.id, "q", 5)
+	if err != nil || len(give) != 1 {
+		t.Fatalf("A gives %d, %v", len(give), err)
+	}
+	got := make(chan []queue.Delivered, 1)
+	go func() { got <- getWait(t, b, "q", 1, 10*time.Second) }()
+	eventually(t, "the GETJOB blocked on B", func() bool { return b.broker.Stats().BlockedClients == 1 })
+
+	gate.close()
+	defer gate.open()
+	if err := a.tr.Send(b.id, Message{Type: MsgYourJobs, Payload: encodeYourJobs(give)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "B asking A again while its import waits for the disk", func() bool { return asked.Load() > 0 })
+	if gate.held.Load() == 0 {
+		t.Fatal("nothing waited at the gate")
+	}
+	gate.open()
+	if d := <-got; len(d) != 1 || d[0].ID != r.ID {
+		t.Fatalf("the blocked GETJOB got %+v, want %s", d, r.ID)
+	}
+}
