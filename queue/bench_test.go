@@ -86,43 +86,9 @@ func BenchmarkGetAck(b *testing.B) {
 			b.Run(fmt.Sprintf("policy=%s/pipeline=%d", policy, pipeline), func(b *testing.B) {
 				br := benchBroker(b, policy)
 				go br.Run()
-				body := make([]byte, 100)
-				reqs := make([]AddRequest, 256)
-				for i := range reqs {
-					reqs[i] = AddRequest{Queue: "bench", Body: body, TTL: 86400, Retry: 300, Replicate: 1}
-				}
-				for n := 0; n < b.N; n += len(reqs) {
-					br.AddJobs(reqs)
-				}
-				var next atomic.Int64
-				var wg sync.WaitGroup
+				fillBench(br, b.N)
 				b.ResetTimer()
-				start, cpu0 := time.Now(), cputime.Used()
-				for c := 0; c < 50; c++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						ids := make([]string, 0, pipeline)
-						for next.Add(int64(pipeline)) <= int64(b.N) {
-							jobs, err := br.GetJobs(context.Background(), GetRequest{Queues: []string{"bench"}, Count: pipeline, NoHang: true})
-							if err != nil {
-								b.Error(err)
-								return
-							}
-							ids = ids[:0]
-							for _, j := range jobs {
-								ids = append(ids, j.ID)
-							}
-							if _, err := br.Ack(ids); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
-				b.ReportMetric(float64((cputime.Used()-cpu0).Microseconds())/float64(b.N), "cpu-µs/job")
+				drainBench(b, br, 50, pipeline)
 				if testing.Verbose() {
 					b.Logf("index after the run:\n%s", br.Store().IndexMetrics())
 				}
