@@ -102,6 +102,11 @@ type Jobs struct {
 	givers givers
 	// qlens: the GLOBALQLEN asks waiting for answers (jobs_qlen.go).
 	qlens qlenTable
+	// upPeers: the peers up (reachable and linked) at the last
+	// AskReturning; askedAt: when each was last asked on its return
+	// (ackgc_return.go).
+	upPeers map[string]bool
+	askedAt map[string]time.Time
 
 	stop chan struct{}
 	done chan struct{}
@@ -123,6 +128,10 @@ type JobsStats struct {
 	// Federation (jobs_federation.go): NEEDJOBS messages sent, and jobs
 	// moved by YOURJOBS each way.
 	NeedJobsSent, YourJobsSent, YourJobsReceived int64
+
+	// ReturnAsks: SETACK messages sent to a node that came back
+	// (AskReturning, ackgc_return.go), counted in SetAcksSent too.
+	ReturnAsks int64
 }
 
 // pendingRepl is one job of a Replicate call.
