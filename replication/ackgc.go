@@ -237,7 +237,7 @@ func (j *Jobs) ackLoop() {
 // knowing the job (Disque's "not known cluster-wide"): no copy is left
 // anywhere, so no REPLJOB can come late, and kept it would last the id's
 // TTL.
-func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
+func (j *Jobs) gotAcks(from string, ids []string, flags []gotAck) {
 	var done, dropDummy []string
 	dels := map[string][]string{}
 	j.mu.Lock()
@@ -247,12 +247,18 @@ func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
 		if gc == nil {
 			continue
 		}
-		if gc.dummy && known[i] {
+		if gc.dummy && flags[i] != gotAckUnknown {
 			j.acks.drop(id)
 			dropDummy = append(dropDummy, id)
 			continue
 		}
 		gc.confirm(from) // "not known" too: it holds no copy
+		if flags[i] == gotAckDeleted {
+			if gc.deleted == nil {
+				gc.deleted = map[string]bool{}
+			}
+			gc.deleted[from] = true // ackgc_pair.go
+		}
 		all := true
 		for _, n := range gc.targets {
 			if !gc.confirmed[n] {
@@ -270,7 +276,9 @@ func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
 		}
 		done = append(done, id)
 		for _, n := range gc.targets {
-			dels[n] = append(dels[n], id)
+			if !gc.deleted[n] {
+				dels[n] = append(dels[n], id)
+			}
 		}
 	}
 	j.mu.Unlock()
