@@ -19,21 +19,12 @@ type CollectOp struct {
 	// Search: the SETACK is a dummy ack's search (mayhave 0), so an id
 	// unknown here leaves nothing (RemoteSetAckKnown), not a dummy ack.
 	Search bool
-	// Pair is the SETACK's sender when it says two nodes may hold the
-	// job (mayhave 2) and no collection of the job runs here: if the job
-	// here names exactly this node and Pair as its holders, the two agree
-	// that nobody else has a copy, and it is deleted rather than acked
-	// (Collected.Deleted; durable, as the ack would be, before durable
-	// returns). Its sender then finishes with no DELJOB to this node.
-	Pair string
 }
 
 // Collected is the outcome of one SETACK op of RemoteCollect.
 type Collected struct {
 	// Known: the job was here and is not a dummy ack (GOTACK's "known").
 	Known bool
-	// Deleted: the op's Pair matched and the job is deleted here.
-	Deleted bool
 	// Job is the job here once acked (nil: none here, a search's unknown
 	// id or an at-most-once one): its Nodes and IsDummyAck tell the
 	// caller who else to collect from.
@@ -128,46 +119,6 @@ func (b *Broker) RemoteCollect(ops []CollectOp) (res []Collected, durable func()
 			res[i] = Collected{Known: !old.IsDummyAck(), Job: &acked}
 		}
 	}
-	// A two-holder job whose sender is the other holder: deleted in a
-	// batch of the same hold after its ack (the two records of one key
-	// meet in the write buffer; done in the first batch, the blind ack
-	// could not see the job's nodes).
-	pairs := b.st.NewBatch()
-	var pairAt []int // pairs' op → ops index
-	self := b.NodeID()
-	for i, o := range ops {
-		if o.Pair == "" || o.Delete || inBatch[i] < 0 || res[i].Job == nil || !res[i].Known || !onlyHolders(res[i].Job.Nodes, self, o.Pair) {
-			continue
-		}
-		pairs.Delete(o.ID)
-		pairAt = append(pairAt, i)
-	}
-	if pairs.Len() > 0 {
-		pres, ppending := b.st.Apply(pairs)
-		pending = pending.Join(ppending)
-		for k, r := range pres {
-			if r.Err != nil {
-				if errUnusable(r.Err) {
-					return nil, durable, wrapStore(r.Err)
-				}
-				continue // one id twice in the run: deleted once
-			}
-			b.syncTimersLocked(r.Old.ID, r.Job)
-			res[pairAt[k]].Deleted = true
-		}
-		// An id twice in the run: each of its SETACKs says so.
-		gone := map[string]bool{}
-		for _, i := range pairAt {
-			if res[i].Deleted {
-				gone[ops[i].ID] = true
-			}
-		}
-		for i, o := range ops {
-			if o.Pair != "" && gone[o.ID] {
-				res[i].Deleted = true
-			}
-		}
-	}
 	dummies := b.st.NewBatch()
 	var dummyAt []int // dummies' op → ops index
 	for _, i := range unknown {
@@ -198,11 +149,6 @@ func (b *Broker) RemoteCollect(ops []CollectOp) (res []Collected, durable func()
 		}
 		return nil
 	}, nil
-}
-
-// onlyHolders reports whether nodes is exactly a and b (a != b).
-func onlyHolders(nodes []string, a, b string) bool {
-	return len(nodes) == 2 && a != b && (nodes[0] == a && nodes[1] == b || nodes[0] == b && nodes[1] == a)
 }
 
 // DeleteCollected deletes acked jobs whose collection finished here (every

@@ -237,7 +237,7 @@ func (j *Jobs) ackLoop() {
 // knowing the job (Disque's "not known cluster-wide"): no copy is left
 // anywhere, so no REPLJOB can come late, and kept it would last the id's
 // TTL.
-func (j *Jobs) gotAcks(from string, ids []string, flags []gotAck) {
+func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
 	var done, dropDummy []string
 	dels := map[string][]string{}
 	j.mu.Lock()
@@ -247,18 +247,12 @@ func (j *Jobs) gotAcks(from string, ids []string, flags []gotAck) {
 		if gc == nil {
 			continue
 		}
-		if gc.dummy && flags[i] != gotAckUnknown {
+		if gc.dummy && known[i] {
 			j.acks.drop(id)
 			dropDummy = append(dropDummy, id)
 			continue
 		}
 		gc.confirm(from) // "not known" too: it holds no copy
-		if flags[i] == gotAckDeleted {
-			if gc.deleted == nil {
-				gc.deleted = map[string]bool{}
-			}
-			gc.deleted[from] = true // ackgc_pair.go
-		}
 		all := true
 		for _, n := range gc.targets {
 			if !gc.confirmed[n] {
@@ -276,9 +270,7 @@ func (j *Jobs) gotAcks(from string, ids []string, flags []gotAck) {
 		}
 		done = append(done, id)
 		for _, n := range gc.targets {
-			if !gc.deleted[n] {
-				dels[n] = append(dels[n], id)
-			}
+			dels[n] = append(dels[n], id)
 		}
 	}
 	j.mu.Unlock()

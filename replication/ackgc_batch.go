@@ -68,7 +68,7 @@ func (j *Jobs) handleCollectRun(from string, ms []Message) {
 	}
 	if ms[0].Type == MsgGotAck {
 		var ids []string
-		var known []gotAck
+		var known []bool
 		for _, m := range ms {
 			i, k, err := decodeGotAcks(m.Payload)
 			if err != nil {
@@ -98,11 +98,7 @@ func (j *Jobs) handleCollectRun(from string, ms []Message) {
 			continue
 		}
 		for k, id := range c.ids {
-			op := queue.CollectOp{ID: id, Delete: c.del, Search: !c.del && c.mayhave[k] == 0}
-			if !c.del && c.mayhave[k] == 2 {
-				op.Pair = from // ackgc_pair.go
-			}
-			ops = append(ops, op)
+			ops = append(ops, queue.CollectOp{ID: id, Delete: c.del, Search: !c.del && c.mayhave[k] == 0})
 		}
 		acks = acks || !c.del && len(c.ids) > 0
 		msgs = append(msgs, c)
@@ -110,7 +106,6 @@ func (j *Jobs) handleCollectRun(from string, ms []Message) {
 	if len(ops) == 0 {
 		return
 	}
-	j.unpairCollected(ops) // ackgc_pair.go
 	res, durable, err := j.broker.RemoteCollect(ops)
 	if err == nil && acks {
 		err = durable()
@@ -122,7 +117,7 @@ func (j *Jobs) handleCollectRun(from string, ms []Message) {
 		return
 	}
 	var answer []string
-	var known []gotAck
+	var known []bool
 	for _, c := range msgs {
 		if c.del {
 			j.endCollections(c.ids)

@@ -82,9 +82,8 @@ func TestSetAcksInOneReadAreAnsweredByOneGotAck(t *testing.T) {
 		{Type: MsgSetAck, Payload: encodeSetAcks(ids[2:], []int{2})},
 	})
 	for _, id := range ids {
-		// Two holders, a and b: deleted at the SETACK (ackgc_pair.go).
-		if got := b.state(t, id); got != "" {
-			t.Fatalf("copy %s: state %q after SETACK, want deleted", id, got)
+		if got := b.state(t, id); got != "acked" {
+			t.Fatalf("copy %s: state %q after SETACK, want acked", id, got)
 		}
 	}
 	eventually(t, "the GOTACKs", func() bool { return a.jobs.Stats().GotAcksReceived == 3 })
@@ -135,13 +134,12 @@ func TestGotAcksInOneReadEndInOneDelJob(t *testing.T) {
 		t.Fatalf("Ack: %d, %v", n, err)
 	}
 	for _, id := range ids {
-		// Two holders: the holder deletes at the SETACK (ackgc_pair.go).
-		eventually(t, "the SETACK on the holder", func() bool { return b.state(t, id) == "" })
+		eventually(t, "the SETACK on the holder", func() bool { return b.state(t, id) == "acked" })
 	}
 	dels := a.jobs.Stats().DelJobsSent
 	a.jobs.HandleBatch(b.id, []Message{
-		{Type: MsgGotAck, Payload: encodeGotAcks(ids[:1], []gotAck{gotAckKnown})},
-		{Type: MsgGotAck, Payload: encodeGotAcks(ids[1:], []gotAck{gotAckKnown, gotAckKnown})},
+		{Type: MsgGotAck, Payload: encodeGotAcks(ids[:1], []bool{true})},
+		{Type: MsgGotAck, Payload: encodeGotAcks(ids[1:], []bool{true, true})},
 	})
 	if n := a.jobs.Stats().DelJobsSent - dels; n != 1 {
 		t.Fatalf("two GOTACKs read together sent %d DELJOBs, want one", n)

@@ -17,7 +17,7 @@ import (
 //	REPLJOB  version flags count { id queue ctime etime delay retry repl awake nodes body }…
 //	GOTJOB, DELJOB  version count { id }…
 //	SETACK   version count { id mayhave }…
-//	GOTACK   version count { id known }…  (known: gotAck, 0/1/2)
+//	GOTACK   version count { id known }…
 //
 // SETACK's mayhave is how many nodes the sender knows may hold the job,
 // itself included (0 for a dummy ack): a receiver that knows more does not
@@ -144,48 +144,38 @@ func decodeSetAcks(p []byte) ([]string, []int, error) {
 	return ids, mayhave, nil
 }
 
-// gotAck is one id's answer in a GOTACK: whether the node knew the job,
-// and whether it deleted its copy at the SETACK (two holders only:
-// Broker.RemoteCollect's CollectOp.Pair), so that the collector sends it
-// no DELJOB. A node of an earlier version rejects gotAckDeleted as
-// malformed and the collector asks again at its next round: the answer
-// is then "not known" (flag 0), and the DELJOB goes as before.
-type gotAck uint8
-
-const (
-	gotAckUnknown gotAck = iota
-	gotAckKnown
-	gotAckDeleted
-)
-
-func encodeGotAcks(ids []string, flags []gotAck) []byte {
+func encodeGotAcks(ids []string, known []bool) []byte {
 	b := make([]byte, 0, 2+len(ids)*(storage.JobIDLen+1))
 	b = append(b, codecVersion)
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for i, id := range ids {
 		b = append(b, id...)
-		b = append(b, byte(flags[i]))
+		k := byte(0)
+		if known[i] {
+			k = 1
+		}
+		b = append(b, k)
 	}
 	return b
 }
 
-func decodeGotAcks(p []byte) ([]string, []gotAck, error) {
+func decodeGotAcks(p []byte) ([]string, []bool, error) {
 	d := msgDecoder{b: p}
 	d.version()
 	n := d.count(storage.JobIDLen + 1)
-	ids, flags := make([]string, 0, n), make([]gotAck, 0, n)
+	ids, known := make([]string, 0, n), make([]bool, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
 		ids = append(ids, d.id())
 		k := d.byte()
-		if d.err == nil && k > byte(gotAckDeleted) {
+		if d.err == nil && k > 1 {
 			d.fail("bad known flag")
 		}
-		flags = append(flags, gotAck(k))
+		known = append(known, k == 1)
 	}
 	if err := d.end(); err != nil {
 		return nil, nil, err
 	}
-	return ids, flags, nil
+	return ids, known, nil
 }
 
 func appendString(b []byte, s string) []byte {

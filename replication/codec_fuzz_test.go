@@ -18,7 +18,7 @@ func FuzzDecodePayloads(f *testing.F) {
 		Nodes: []string{"0123456789abcdef0123456789abcdef01234567"}}
 	f.Add(encodeReplJobs(false, []replJob{{Job: job, Body: []byte("body")}}))
 	f.Add(encodeIDs([]string{id, id}))
-	f.Add(encodeGotAcks([]string{id}, []gotAck{gotAckKnown}))
+	f.Add(encodeGotAcks([]string{id}, []bool{true}))
 	f.Add(encodeSetAcks([]string{id}, []int{3}))
 	f.Add([]byte{1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Add(encodeQueued([]queue.RemoteQueuedJob{{ID: id, Bump: queue.BumpNacks}, {ID: id}}))

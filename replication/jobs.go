@@ -154,9 +154,6 @@ type ackGC struct {
 	targets   []string        // the other nodes that may hold a copy
 	mayhave   int             // SETACK's: the nodes that may hold it, this one included (0: dummy)
 	confirmed map[string]bool // targets that answered GOTACK; nil until one did
-	// deleted: targets that deleted their copy at our SETACK (GOTACK
-	// gotAckDeleted: the job's two holders), which need no DELJOB.
-	deleted map[string]bool
 	// retries is the SETACK rounds sent: 0 for a holder's collection
 	// still waiting for its first (heldAcked), which a DELJOB then ends
 	// with no message (delJobs).

@@ -286,18 +286,12 @@ func (j *Jobs) gotJobs(from string, ids []string) {
 //
 // It returns the GOTACK's ids and known flags: the caller sends them, with
 // those of the other SETACKs of the run, in one message.
-func (j *Jobs) answerSetAcks(from string, ids []string, mayhave []int, res []queue.Collected) (answer []string, answerKnown []gotAck) {
+func (j *Jobs) answerSetAcks(from string, ids []string, mayhave []int, res []queue.Collected) (answer []string, answerKnown []bool) {
 	var collect, held []*storage.Job
-	var dummies, deleted []string
+	var dummies []string
 	for i, id := range ids {
 		job, known := res[i].Job, res[i].Known
 		switch {
-		case res[i].Deleted:
-			// The job's two holders agreed (ackgc_pair.go): deleted
-			// here, durably; the sender needs send no DELJOB.
-			deleted = append(deleted, id)
-			answer, answerKnown = append(answer, id), append(answerKnown, gotAckDeleted)
-			continue
 		case job == nil:
 			// Not here (a search's unknown id, an at-most-once one), or
 			// deleted by a DELJOB read with this SETACK: nothing to collect.
@@ -314,16 +308,7 @@ func (j *Jobs) answerSetAcks(from string, ids []string, mayhave []int, res []que
 			// it reaches are collected by the SETACK that left them.
 			dummies = append(dummies, id)
 		}
-		flag := gotAckUnknown
-		if known {
-			flag = gotAckKnown
-		}
-		answer, answerKnown = append(answer, id), append(answerKnown, flag)
-	}
-	if len(deleted) > 0 {
-		// A collection of ours that started since (an ACKJOB here
-		// meanwhile) ends as a DELJOB would end it.
-		j.endCollections(deleted)
+		answer, answerKnown = append(answer, id), append(answerKnown, known)
 	}
 	// Recorded before the GOTACK goes, so the DELJOB it brings finds
 	// the collections and ends them.
