@@ -162,9 +162,7 @@
 // nothing) and RemoteDelJob (DELJOB) (remote.go); RemoteCollect applies
 // the SETACKs and DELJOBs of one link read as one batch, in order, the
 // durability left to the caller (an ack a later DELJOB of the batch
-// deletes is not written; a SETACK with CollectOp.Pair deletes, rather
-// than acks, a job whose only holders are this node and the sender: the
-// two-copy case, replication/ackgc_pair.go), and DeleteCollected deletes jobs whose
+// deletes is not written), and DeleteCollected deletes jobs whose
 // collection ended without waiting: their ack here is durable already
 // (remote_collect.go).
 //

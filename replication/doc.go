@@ -310,13 +310,6 @@
 //     of the same read deletes is not written (the delete, durable
 //     before the GOTACK, promises the same). Its GOTACKs are one: the
 //     jobs they finish go in one DELJOB per holder and one delete here.
-//     A two-copy job (every REPLICATE 2 job and every job federation
-//     moved): when the SETACK says two nodes may hold it and the copy
-//     here names exactly this node and the sender, the copy is deleted
-//     at the SETACK instead of acked (ackgc_pair.go argues why that is
-//     safe), its GOTACK says so (gotAckDeleted) once the delete is
-//     durable, and the collector sends that holder no DELJOB: one store
-//     batch and one message fewer per batch of two-copy jobs.
 //     No delete of the collection is waited for, the collector's
 //     (Broker.DeleteCollected) or a DELJOB's: each follows an ack durable
 //     on that node (a crash that forgets the delete leaves an acked job,
