@@ -242,7 +242,9 @@ func (j *Jobs) ackLoop() {
 		case <-j.stop:
 			return
 		case <-t.C:
-			j.RetryAcks(j.cfg.Now())
+			now := j.cfg.Now()
+			j.AskReturning(now) // ackgc_return.go
+			j.RetryAcks(now)
 			j.syncPauses() // jobs_pause.go
 		}
 	}

@@ -317,6 +317,12 @@
 //     before an id seen again (jobs_handle_runs.go): one durable write and
 //     one GOTACK for the run. A target no
 //     longer known (forgotten) counts as confirmed at the next round.
+//     A node that comes back is asked at once (ackgc_return.go): when a
+//     peer is up again (reachable and linked) after it was not, every
+//     collection that has run a round, still waits on its answer and is
+//     not due within 1 s sends it alone its SETACK then, in messages of
+//     at most 4096, at most once per 10 s per peer; the collections'
+//     schedules (the other targets' backoff) do not change.
 //     What one link read brings is handled together (ackgc_batch.go):
 //     its SETACKs and DELJOBs, in their order, as one store batch
 //     (queue.Broker.RemoteCollect), with one durability wait before the

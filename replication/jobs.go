@@ -117,6 +117,11 @@ type Jobs struct {
 	// inboxes: per sender, the batches HandleBatchQueued queued for its
 	// handler goroutine (jobs_inbox.go; its own lock, not mu).
 	inboxes inboxes
+	// upPeers: the peers up (reachable and linked) at the last
+	// AskReturning; askedAt: when each was last asked on its return
+	// (ackgc_return.go).
+	upPeers map[string]bool
+	askedAt map[string]time.Time
 
 	stop chan struct{}
 	done chan struct{}
@@ -138,6 +143,10 @@ type JobsStats struct {
 	// Federation (jobs_federation.go): NEEDJOBS messages sent, and jobs
 	// moved by YOURJOBS each way.
 	NeedJobsSent, YourJobsSent, YourJobsReceived int64
+
+	// ReturnAsks: SETACK messages sent to a node that came back
+	// (AskReturning, ackgc_return.go), counted in SetAcksSent too.
+	ReturnAsks int64
 }
 
 // pendingRepl is one job of a Replicate call.

@@ -10,6 +10,7 @@ package main
 // servers are -race builds on a loaded 2-core machine).
 
 import (
+	"flag"
 	"strconv"
 	"testing"
 	"time"
@@ -143,6 +144,10 @@ func TestClusterPartitionFailureDetectionAndDelay(t *testing.T) {
 	}
 }
 
+// partitionHold is how long TestClusterPartitionSplitHoldersThenHeal
+// keeps the partition after its ACKJOB.
+var partitionHold = flag.Duration("partition.hold", 2*time.Second, "how long the split-holders partition lasts after the ACKJOB")
+
 // TestClusterPartitionSplitHoldersThenHeal: a REPLICATE 3 job whose
 // holders are split 1|2 is delivered on both sides once RETRY passes
 // (at-least-once holds on each side); ACKJOB on one side during the
@@ -182,8 +187,9 @@ func TestClusterPartitionSplitHoldersThenHeal(t *testing.T) {
 			t.Fatalf("under the partition, node %d's copy is %q: the ack crossed the cut", i, got)
 		}
 	}
-	// Let the SETACK rounds back off a little under the partition.
-	waitUntil(t, clusterWait, "2 s of partition after the ACKJOB", func() bool { return time.Since(acked) >= 2*time.Second })
+	// Let the SETACK rounds back off a little under the partition
+	// (-partition.hold: longer, to measure the collection after the heal).
+	waitUntil(t, clusterWait+*partitionHold, "the partition after the ACKJOB", func() bool { return time.Since(acked) >= *partitionHold })
 
 	pc.net.HealAll()
 	healed := time.Now()
