@@ -146,9 +146,14 @@ func suiteQueuedOnBrokenLinkDropped(t *testing.T, h suiteHarness) {
 	suiteIntroduce(h, a, "node-b")
 	suiteWaitUntil(t, "Connected(node-b) after its return", func() bool { return a.Connected("node-b") })
 	suiteOnlyMarker(t, a, r2)
-	if a.Stats().Dropped == before {
-		t.Fatalf("the queue of the broken link was not counted in Dropped")
-	}
+	// Not asserted: that Dropped grew. Released before node-b's Close,
+	// its handler may read the whole queue out of the old connection
+	// (discarding it), or the writer may have flushed it into socket
+	// buffers the close throws away: either way nothing is left queued
+	// to drop, and which happens is the scheduler's (it failed 1 run in
+	// 5 under -race, on both transports). What matters is above: nothing
+	// queued for the old link reaches the new node-b.
+	t.Logf("dropped with the broken link: %d", a.Stats().Dropped-before)
 	if n := len(r1.messages("node-a")); n != 1 {
 		t.Fatalf("the first node kept %d messages, want the first only", n)
 	}
