@@ -1,5 +1,6 @@
 # Sourced by the cluster benchmark scripts (cluster-ab, cluster-rss, federation-ab, federation-vs-disque,
-# cross-latency): the three steps every one of them takes to stand up 3 local nodes.
+# cross-latency): the three steps every one of them takes to stand up 3 local nodes, and the up/down pair
+# two of them share.
 
 # free_base [OFFSET...]: a port b such that b, b+1, b+2 are free on 127.0.0.1, and so are the same three
 # at each OFFSET above b (10000: the default bus ports; 100: the scripts' metrics ports).
@@ -39,3 +40,21 @@ meet3() {
   done
   return 1
 }
+
+# up BIN / down: for a script that sets work, mode (memory, everysec or always) and pids: three nodes of
+# BIN on fresh directories under $work/data (ports in P), met and loaded; down kills them and removes the data.
+up() {
+  local bin=$1; pids=(); b=$(free_base 10000); P=($b $((b+1)) $((b+2)))
+  for i in 0 1 2; do
+    d="$work/data/n$i"; mkdir -p "$d"
+    case $mode in
+      memory) "$bin" --port ${P[$i]} --dir "$d" --bind 127.0.0.1 --appendonly no >"$d.log" 2>&1 & ;;
+      *) "$bin" --port ${P[$i]} --dir "$d" --bind 127.0.0.1 --appendonly yes --appendfsync $mode >"$d.log" 2>&1 & ;;
+    esac
+    pids+=($!)
+  done
+  wait_loaded "${P[@]}"
+  meet3 "${P[@]}" && return 0
+  echo "cluster did not form"; return 1
+}
+down() { for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; pids=(); rm -rf "$work/data"; }

@@ -17,21 +17,6 @@ DISQUE_BIN=${DISQUE_BIN:-$("$here/build-disque.sh" | tail -1)}
 work=$(mktemp -d); pids=()
 trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"' EXIT
 (cd "$checkout" && go build -o "$work/dq" ./cmd/diskque-server && go build -o "$work/crosslat" ./bench/crosslat) || exit 1
-up() { # BIN: start 3 nodes, meet, wait
-  local bin=$1; pids=(); b=$(free_base 10000); P=($b $((b+1)) $((b+2)))
-  for i in 0 1 2; do
-    d="$work/data/n$i"; mkdir -p "$d"
-    case $mode in
-      memory) "$bin" --port ${P[$i]} --dir "$d" --bind 127.0.0.1 --appendonly no >"$d.log" 2>&1 & ;;
-      *) "$bin" --port ${P[$i]} --dir "$d" --bind 127.0.0.1 --appendonly yes --appendfsync $mode >"$d.log" 2>&1 & ;;
-    esac
-    pids+=($!)
-  done
-  wait_loaded "${P[@]}"
-  meet3 "${P[@]}" && return 0
-  echo "cluster did not form"; return 1
-}
-down() { for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; pids=(); rm -rf "$work/data"; }
 # cpu: each node's user+system CPU ticks so far (/proc/PID/stat).
 cpu() { local p; for p in "${pids[@]}"; do awk '{printf "%d ", $14+$15}' /proc/$p/stat; done; }
 # one: a crosslat run, then the CPU µs per job consumed of the producers' node A and the consumers' node B.

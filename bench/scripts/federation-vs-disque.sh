@@ -14,21 +14,6 @@ trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm 
 (cd "$checkout" && go build -o "$work/dq" ./cmd/diskque-server) || exit 1
 (cd "$here/qbench" && go build -o "$work/qbench" .) || exit 1
 body=$(head -c 100 /dev/zero | tr '\0' x)
-up() { # BIN: start 3 nodes, meet, wait
-  local bin=$1; pids=(); b=$(free_base 10000); P=($b $((b+1)) $((b+2)))
-  for i in 0 1 2; do
-    d="$work/data/n$i"; mkdir -p "$d"
-    case $mode in
-      memory) "$bin" --port ${P[$i]} --dir "$d" --bind 127.0.0.1 --appendonly no >"$d.log" 2>&1 & ;;
-      *) "$bin" --port ${P[$i]} --dir "$d" --bind 127.0.0.1 --appendonly yes --appendfsync $mode >"$d.log" 2>&1 & ;;
-    esac
-    pids+=($!)
-  done
-  wait_loaded "${P[@]}"
-  meet3 "${P[@]}" && return 0
-  echo "cluster did not form"; return 1
-}
-down() { for p in "${pids[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; pids=(); rm -rf "$work/data"; }
 rb() { redis-benchmark -p ${P[0]} -c 50 -n ${N:-100000} -P $1 --csv ADDJOB q "$body" 0 $2 2>/dev/null | tail -1 | cut -d, -f2 | tr -d '"'; }
 drain() { "$work/qbench" -addr 127.0.0.1:${P[0]} -mode add -n 20000 -conns 4 -pipeline 64 -extra "REPLICATE 1" >/dev/null
           "$work/qbench" -addr 127.0.0.1:${P[1]} -mode getack -count 100 -conns 1 -timeout 2000 -n 20000 | sed -n 's/.*rate=\([0-9]*\) jobs.*/\1/p'; }
