@@ -5,6 +5,9 @@ package main
 // one of them SIGKILLed.
 
 import (
+	"fmt"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -56,6 +59,16 @@ func TestClusterProcessesGlobalQLen(t *testing.T) {
 	if err := stopped.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// kill(2) returns before every thread has stopped (CI: node 2 still
+	// answered once): wait until the kernel says the process is stopped.
+	waitUntil(t, clusterWait, "node 2 stopped", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", stopped.Pid))
+		if err != nil {
+			return false
+		}
+		_, after, ok := strings.Cut(string(b), ") ")
+		return ok && strings.HasPrefix(after, "T")
+	})
 	start := time.Now()
 	got := doInt(t, pc.clients[0], "GLOBALQLEN", "gq")
 	el := time.Since(start)
