@@ -94,14 +94,26 @@ func TestLostDelJobHolderCollectsItsAckedCopy(t *testing.T) {
 func TestDummyAckLeftBySetAckIsCollected(t *testing.T) {
 	c := newTestCluster(t, 3, -1)
 	origin, victim := c.nodes[0], c.nodes[2]
+	// The loss is decided on delivery, and an ASYNC REPLJOB is sent once:
+	// the test goes on only once the victim's was dropped, or it could
+	// arrive after the filter below replaced this one (CI saw the victim
+	// hold an acked copy with its body instead of the dummy ack).
+	var lostRepl atomic.Int64
 	c.mu.Lock()
-	c.lose = func(dst, _ string, m Message) bool { return dst == victim.id && m.Type == MsgReplJob }
+	c.lose = func(dst, _ string, m Message) bool {
+		if dst == victim.id && m.Type == MsgReplJob {
+			lostRepl.Add(1)
+			return true
+		}
+		return false
+	}
 	c.mu.Unlock()
 	res := addJob(t, origin, queue.AddRequest{Replicate: 3, Async: true})
 	if res.Err != nil {
 		t.Fatal(res.Err)
 	}
 	eventually(t, "the copy on node 1", func() bool { return c.nodes[1].state(t, res.ID) != "" })
+	eventually(t, "the victim's REPLJOB lost", func() bool { return lostRepl.Load() > 0 })
 	if j, err := origin.st.Job(res.ID); err != nil || len(j.Nodes) != 3 {
 		t.Fatalf("origin's job %+v, %v: want the three nodes", j, err)
 	}
