@@ -127,6 +127,11 @@ ask:
 			}
 		}
 	}
+	// Read after the plan and before the commit below (PlanMarker).
+	var planMark uint64
+	if m, ok := asyncPlanner.(PlanMarker); ok && planned != nil {
+		planMark = m.PlanMark()
+	}
 	if len(syncNeed) > 0 {
 		nodes, k := syncPlanner.SyncNodes(syncNeed), 0
 		for ci, c := range calls {
@@ -207,6 +212,7 @@ ask:
 			req := r.call.reqs[r.i]
 			item := replItem{call: r.call, i: r.i, Replication: Replication{Job: j, Body: req.Body}}
 			if req.Async && j.State != storage.StateWaitRepl {
+				item.Plan = planMark
 				round.planned = append(round.planned, item)
 			} else if !req.Async {
 				item.Deadline = j.Etime

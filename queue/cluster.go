@@ -91,6 +91,16 @@ type AsyncPlanner interface {
 	SendAsync(jobs []Replication)
 }
 
+// PlanMarker is optional for an AsyncPlanner (package replication's has
+// it): the broker reads PlanMark once per add round, after AsyncNodes and
+// before the round's commit — before any other node or client can know
+// the ids of the round's jobs — and hands it to SendAsync with each job
+// (Replication.Plan), so the planner can tell what it learned before the
+// jobs existed from what it learned after. It must not block.
+type PlanMarker interface {
+	PlanMark() uint64
+}
+
 // Bump is the counter a QUEUED message asks its receivers to bump, as the
 // sender did on its own copy.
 type Bump uint8
@@ -118,6 +128,10 @@ type Replication struct {
 	// Deadline (Unix ms) is when a synchronous replication gives up: the
 	// ADDJOB's ms-timeout or the job's expiry, the earlier; 0 = never.
 	Deadline int64
+	// Plan is, for a job SendAsync sends, what the planner's PlanMark
+	// said before the job was stored (0: the planner has none); see
+	// PlanMarker.
+	Plan uint64
 }
 
 // ReplicationResult is the outcome of one synchronous replication.

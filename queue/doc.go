@@ -124,7 +124,9 @@
 // cluster that is an AsyncPlanner (replication's), its nodes are chosen
 // before the round takes Broker.mu, the job is stored queued (or delayed)
 // with them in the round's one commit, and its copies are sent (SendAsync)
-// once the round is applied, not waited for. Otherwise it is applied in
+// once the round is applied, not waited for; a planner that is a
+// PlanMarker gets with each job (Replication.Plan) the mark it gave
+// after the plan and before that commit. Otherwise it is applied in
 // wait-repl, its copies are sent after the batch is durable
 // (ReplicateAsync), and it is queued with the nodes they went to (NODES),
 // then answered.

@@ -255,12 +255,21 @@
 //     at most 1 s. The start's NOREPL check counts reachable nodes, linked
 //     or not. The first REPLJOBs of a job (those of its one Replicate
 //     call's first send, before anyone but the origin knew its id; not a
-//     resend, not a node added later, not ASYNC) are marked first and
+//     resend, not a node added later) are marked first and
 //     stamped with the incarnation of the receiver's store that its last
 //     GOTJOB carried: the receiver then stores the copy without its index
 //     lookup when its store can prove the id is not there
 //     (storage.Batch.AddReplicaFirst; no incarnation known yet, or a
-//     stale one after the receiver restarted: the usual lookup). A
+//     stale one after the receiver restarted: the usual lookup). An
+//     ASYNC job's one REPLJOB to each node (SendAsync) is marked too, but
+//     only with an incarnation learned before the job was stored (its
+//     id may leave the origin from its commit on, before the REPLJOB:
+//     the job is queued then): queue.PlanMarker's mark, read before the
+//     round's commit, against the one each incarnation was learned at.
+//     An origin whose jobs are all ASYNC gets no GOTJOB otherwise, so
+//     SendAsync's REPLJOB to a node asks for one (no no-reply flag) every
+//     second, and every 50 ms while the node's incarnation is unknown:
+//     nothing waits for that GOTJOB, it only carries the incarnation. A
 //     Transport delivers a message at most once, so a first REPLJOB is
 //     never applied twice. A receiver stores the copy
 //     (queue.Broker.ReplicaApply: idempotent, active, not queued; a copy
@@ -288,7 +297,8 @@
 //     the origin queues the job once it has recorded where they went.
 //     Jobs is also a queue.AsyncPlanner: AsyncNodes chooses an ASYNC job's
 //     nodes before the origin stores it, queued with them in one commit,
-//     and SendAsync sends the no-reply REPLJOBs after.
+//     and SendAsync sends the no-reply REPLJOBs after (marked first as
+//     said under Replicate).
 //   - Acked: SETACK to every holder not yet confirmed (a dummy ack: to
 //     every known node), again after 1 s doubling to 180 s (± 500 ms)
 //     until all answered GOTACK; then DELJOB to all and the job is deleted

@@ -79,6 +79,8 @@ type Jobs struct {
 	// before the bus is up, and a Jobs not started replicates nothing.
 	bound   atomic.Pointer[queue.Broker]
 	boundTr atomic.Pointer[Transport]
+	// incMark counts the changes of peerInc: PlanMark reads it.
+	incMark atomic.Uint64
 	// replRTT is a moving average of the REPLJOB→GOTJOB round trip (ms),
 	// which paces the nodes a short replication adds.
 	replRTT atomic.Int64
@@ -99,8 +101,12 @@ type Jobs struct {
 	// goroutines running them, which Close waits for.
 	// peerInc: per node, the incarnation of its store its last GOTJOB
 	// said (storage.Store.ReplicaIncarnation), which a first REPLJOB to
-	// it carries (sendRepl).
+	// it carries (sendRepl); peerIncAt: the incMark value when that
+	// incarnation was learned (SendAsync's test); incAsked: when an
+	// ASYNC REPLJOB to it last asked for a GOTJOB (asyncHead, Unix ms).
 	peerInc    map[string]uint64
+	peerIncAt  map[string]uint64
+	incAsked   map[string]int64
 	confirm    map[string]*gotJobConfirmer
 	confirmers sync.WaitGroup
 	closed     bool
@@ -197,6 +203,7 @@ var (
 	_ queue.Cluster      = (*Jobs)(nil)
 	_ queue.AsyncPlanner = (*Jobs)(nil)
 	_ queue.SyncPlanner  = (*Jobs)(nil)
+	_ queue.PlanMarker   = (*Jobs)(nil)
 )
 
 // self is this node's id: the broker's once Start bound it (CLUSTER RESET
@@ -231,8 +238,8 @@ func NewJobs(cfg JobsConfig) (*Jobs, error) {
 	}
 	j := &Jobs{cfg: cfg, log: cfg.Logger, repl: map[string]*pendingRepl{}, acks: newAckTable(),
 		confirm: map[string]*gotJobConfirmer{},
-		peerInc: map[string]uint64{},
-		stop:    make(chan struct{}), done: make(chan struct{})}
+		peerInc: map[string]uint64{}, peerIncAt: map[string]uint64{}, incAsked: map[string]int64{},
+		stop: make(chan struct{}), done: make(chan struct{})}
 	j.pauses.file = cfg.PauseFile
 	j.loadPauses()
 	return j, nil
@@ -448,7 +455,7 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 	// node has had one before (this is the only Replicate of a job, and
 	// its id was known to nobody), which lets a receiver skip its index
 	// lookup (sendRepl's first). The resends below are not first.
-	j.sendRepl(jobs, prs, nil, false, true)
+	j.sendRepl(jobs, prs, nil, func(n string) replHeader { return replHeader{first: j.peerInc[n]} })
 
 	t := time.NewTimer(j.cfg.ResendInterval)
 	defer t.Stop()
@@ -527,7 +534,7 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 		for k, i := range resend {
 			sub[k], subp[k] = jobs[i], prs[i]
 		}
-		j.sendRepl(sub, subp, nil, false, false)
+		j.sendRepl(sub, subp, nil, func(string) replHeader { return replHeader{} })
 	}
 }
 
@@ -548,20 +555,17 @@ func pick(from, except []string, n int) []string {
 }
 
 // sendRepl sends each job to the nodes of its pendingRepl that have not
-// confirmed it (to all of nodes[i] when prs is nil), one REPLJOB per node.
-// With first the caller says these are the jobs' first REPLJOBs to those
-// nodes, sent before anyone but this node knew their ids: each is stamped
-// with the incarnation its node's GOTJOBs last gave (none known: not
-// marked), so the node can store them without its index lookup
+// confirmed it (to all of nodes[i] when prs is nil), one REPLJOB per node,
+// whose header head gives (called under j.mu). A header marked first
+// says these are the jobs' first REPLJOBs to that node, stamped with the
+// incarnation its GOTJOBs last gave, learned before anyone but this node
+// knew their ids (a sync job's first send: Replicate; an ASYNC one's:
+// asyncHead), so the node can store them without its index lookup
 // (storage.Batch.AddReplicaFirst says why that is exact).
-func (j *Jobs) sendRepl(jobs []queue.Replication, prs []*pendingRepl, nodes [][]string, noReply, first bool) {
+func (j *Jobs) sendRepl(jobs []queue.Replication, prs []*pendingRepl, nodes [][]string, head func(n string) replHeader) {
 	per := map[string][]replJob{}
 	var order []string
-	var stamp map[string]uint64
 	j.mu.Lock()
-	if first {
-		stamp = j.peerInc
-	}
 	for i, r := range jobs {
 		var list, targets []string
 		if prs != nil {
@@ -585,7 +589,7 @@ func (j *Jobs) sendRepl(jobs []queue.Replication, prs []*pendingRepl, nodes [][]
 	}
 	heads := make([]replHeader, len(order))
 	for k, n := range order {
-		heads[k] = replHeader{noReply: noReply, first: stamp[n]}
+		heads[k] = head(n)
 	}
 	j.mu.Unlock()
 	for k, n := range order {
@@ -608,7 +612,7 @@ func (j *Jobs) ReplicateAsync(jobs []queue.Replication) [][]string {
 	for i, r := range jobs {
 		nodes[i] = append([]string{j.self()}, pick(reach, nil, int(r.Job.Repl)-1)...)
 	}
-	j.sendRepl(jobs, nil, nodes, true, false)
+	j.sendRepl(jobs, nil, nodes, func(string) replHeader { return replHeader{noReply: true} })
 	return nodes
 }
 
@@ -647,5 +651,52 @@ func (j *Jobs) SendAsync(jobs []queue.Replication) {
 		}
 		nodes[i] = list
 	}
-	j.sendRepl(jobs, nil, nodes, true, false)
+	j.sendRepl(jobs, nil, nodes, j.asyncHead(jobs))
+}
+
+// PlanMark implements queue.PlanMarker: the count of the incarnations
+// learned so far (gotJobs), read before an add round's jobs are stored.
+func (j *Jobs) PlanMark() uint64 { return j.incMark.Load() }
+
+// asyncIncRefresh is how often, at most, an ASYNC REPLJOB to a node asks
+// for a GOTJOB (ms): what teaches an origin whose jobs are all ASYNC the
+// node's incarnation, and a new one after the node restarted; while its
+// incarnation is unknown, every asyncIncAsk.
+const (
+	asyncIncRefresh = 1000
+	asyncIncAsk     = 50
+)
+
+// asyncHead is SendAsync's REPLJOB header to node n (called under j.mu):
+// no reply wanted — but every asyncIncRefresh, or while n's incarnation is
+// unknown, a GOTJOB, which nothing waits for (gotJobs finds no pending
+// replication) but which carries n's incarnation. An ASYNC job's id is
+// known to others from the round's commit on (it is queued then: GETJOB,
+// NEEDJOBS), before its one REPLJOB to each node goes; so the REPLJOB is
+// marked first only with an incarnation learned before that commit: one
+// whose incMark is not above the plan mark of every job in the call
+// (queue.Replication.Plan, read before the commit).
+func (j *Jobs) asyncHead(jobs []queue.Replication) func(n string) replHeader {
+	plan := uint64(0)
+	for k, r := range jobs {
+		if k == 0 || r.Plan < plan {
+			plan = r.Plan
+		}
+	}
+	now := j.nowMillis()
+	return func(n string) replHeader {
+		h := replHeader{noReply: true}
+		if inc := j.peerInc[n]; inc != 0 && plan != 0 && j.peerIncAt[n] <= plan {
+			h.first = inc
+		}
+		every := int64(asyncIncRefresh)
+		if j.peerInc[n] == 0 {
+			every = asyncIncAsk
+		}
+		if at, ok := j.incAsked[n]; !ok || now-at >= every || now < at {
+			h.noReply = false
+			j.incAsked[n] = now
+		}
+		return h
+	}
 }

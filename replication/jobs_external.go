@@ -53,7 +53,7 @@ func (j *Jobs) ReplicateExternalAsync(jobs []queue.Replication) [][]string {
 		// ENQUEUE on their link.
 		enq.addTo(p.sent, r.Job, now)
 	}
-	j.sendRepl(jobs, prs, nil, true, false)
+	j.sendRepl(jobs, prs, nil, func(string) replHeader { return replHeader{noReply: true} })
 	j.sendEnqueues(enq)
 	return nodes
 }

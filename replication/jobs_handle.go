@@ -255,10 +255,16 @@ func (j *Jobs) confirmGotJobs(from string, c *gotJobConfirmer) {
 func (j *Jobs) gotJobs(from string, ids []string, incarnation uint64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if incarnation != 0 {
-		j.peerInc[from] = incarnation
-	} else {
-		delete(j.peerInc, from)
+	if incarnation != j.peerInc[from] {
+		// A change: new stamps are valid for ASYNC jobs planned from
+		// now on only (asyncHead).
+		if incarnation != 0 {
+			j.peerInc[from] = incarnation
+			j.peerIncAt[from] = j.incMark.Add(1)
+		} else {
+			delete(j.peerInc, from)
+			delete(j.peerIncAt, from)
+		}
 	}
 	j.stats.GotJobsReceived += int64(len(ids))
 	now := j.nowMillis()

@@ -18,15 +18,20 @@ import (
 // The proof has two halves. The caller's (package replication): the
 // origin of a job marks the REPLJOB it sends a node first — the one sent
 // by the job's Replicate call right after the job was stored, never a
-// resend or a node added later — and stamps it with the incarnation of
-// this store it last learned from that node (GOTJOB carries it). A job's
-// id is minted by its origin, with 144 random bits, and is known to
-// nobody before its first REPLJOBs are sent; so when the stamp is this
-// store's incarnation, every add of that id this store ever applied came
-// after that incarnation began (the origin heard of it before it sent)
+// resend or a node added later; or an ASYNC job's one REPLJOB to the node
+// — and stamps it with the incarnation of this store it last learned
+// from that node (GOTJOB carries it). A job's id is minted by its origin,
+// with 144 random bits, and is known to nobody before its first REPLJOBs
+// are sent (a synchronous job: it waits unqueued and unanswered until
+// they are confirmed) or before it was stored (an ASYNC job, queued at
+// its commit: the origin stamps it only with an incarnation it learned
+// before that commit); so when the stamp is this store's incarnation,
+// every add of that id this store ever applied came after that
+// incarnation began (the origin heard of it before the id was known)
 // and was not a REPLJOB from the origin: a dummy ack (an ACKJOB or SETACK
 // that got here first) or a federation import of a copy another node
-// requeued. The store's half: firstGuard.others holds, exactly, the id of
+// requeued (or, for an ASYNC job, the origin itself gave away). The
+// store's half: firstGuard.others holds, exactly, the id of
 // every job present that this incarnation added by any add but AddNew
 // (its own ids) and the fast path here, plus every job in the resume set
 // at Open (the acked ones, whose dummy acks a client may have made before
