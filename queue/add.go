@@ -112,18 +112,33 @@ ask:
 	}
 	asyncPlanner, _ := b.cluster.(AsyncPlanner)
 	syncPlanner, _ := b.cluster.(SyncPlanner)
-	var syncNeed []int // the other nodes each synchronous job needs, in request order
-	for ci, c := range calls {
-		for i, r := range c.reqs {
+	// The other nodes each synchronous and each ASYNC job needs, in
+	// request order: one planner call for each kind.
+	var syncNeed, asyncNeed []int
+	for _, c := range calls {
+		for _, r := range c.reqs {
 			repl := cmp.Or(r.Replicate, min(3, known))
 			if repl <= 1 || repl-1 > reachable {
 				continue
 			}
 			switch {
 			case r.Async && asyncPlanner != nil:
-				plan(ci, i, asyncPlanner.AsyncNodes(repl-1))
+				asyncNeed = append(asyncNeed, repl-1)
 			case !r.Async && syncPlanner != nil:
 				syncNeed = append(syncNeed, repl-1)
+			}
+		}
+	}
+	if len(asyncNeed) > 0 {
+		nodes, k := asyncPlanner.AsyncNodes(asyncNeed), 0
+		for ci, c := range calls {
+			for i, r := range c.reqs {
+				if repl := cmp.Or(r.Replicate, min(3, known)); r.Async && repl > 1 && repl-1 <= reachable {
+					if k < len(nodes) {
+						plan(ci, i, nodes[k])
+					}
+					k++
+				}
 			}
 		}
 	}

@@ -82,10 +82,11 @@ type Cluster interface {
 // replicated (ReplicateAsync) and stored again with its nodes. Its node
 // list is known before a consumer can see it, as ACKJOB needs.
 type AsyncPlanner interface {
-	// AsyncNodes returns up to n other nodes a copy can be sent to now,
-	// chosen at random. It must not block (the broker asks it while it
+	// AsyncNodes returns, for each count n of need, up to n other nodes
+	// a copy can be sent to now, chosen at random: one call for an add
+	// round's ASYNC jobs. It must not block (the broker asks it while it
 	// plans an add).
-	AsyncNodes(n int) []string
+	AsyncNodes(need []int) [][]string
 	// SendAsync sends each job to the nodes of its Job.Nodes other than
 	// this one (REPLJOB without GOTJOB), not waiting for them.
 	SendAsync(jobs []Replication)

@@ -628,12 +628,20 @@ func (j *Jobs) SyncNodes(need []int) [][]string {
 	return out
 }
 
-// AsyncNodes implements queue.AsyncPlanner: up to n reachable nodes,
-// chosen at random, as ReplicateAsync chooses them. Unlike a synchronous
-// replication's (linkedIDs) they need not have their link up now: nothing
-// waits for their answer, and a copy queued on a link being redialled
-// arrives when it is up.
-func (j *Jobs) AsyncNodes(n int) []string { return pick(j.reachableIDs(), nil, n) }
+// AsyncNodes implements queue.AsyncPlanner: for each count, up to that
+// many reachable nodes, chosen at random, as ReplicateAsync chooses them
+// (membership read once for all). Unlike a synchronous replication's
+// (linkedIDs) they need not have their link up now: nothing waits for
+// their answer, and a copy queued on a link being redialled arrives when
+// it is up.
+func (j *Jobs) AsyncNodes(need []int) [][]string {
+	reach := j.reachableIDs()
+	out := make([][]string, len(need))
+	for i, n := range need {
+		out[i] = pick(reach, nil, n)
+	}
+	return out
+}
 
 // SendAsync implements queue.AsyncPlanner: the REPLJOB without GOTJOB of
 // each job to the nodes of its list but this one, one message per node

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ func (p staticPeers) Nodes() []NodeInfo {
 }
 
 func (p staticPeers) Reachable() []NodeInfo {
+	p.c.reachableCalls.Add(1)
 	p.c.mu.Lock()
 	defer p.c.mu.Unlock()
 	var out []NodeInfo
@@ -65,6 +67,9 @@ type testCluster struct {
 	ackTick time.Duration
 	// now, if set, is every node's clock (broker and Jobs).
 	now func() time.Time
+
+	// reachableCalls counts the Peers.Reachable calls of every node.
+	reachableCalls atomic.Int64
 
 	mu      sync.Mutex
 	ids     []string

@@ -111,3 +111,36 @@ func TestAsyncStampLearnedAfterThePlan(t *testing.T) {
 		}
 	}
 }
+
+// TestAsyncRoundReadsMembershipOnce: the ASYNC jobs of one add round get
+// their nodes from one AsyncNodes call, which reads membership once (it
+// was once per job: Membership.Reachable sorts and copies every peer), and
+// each still gets its own Repl−1 nodes.
+func TestAsyncRoundReadsMembershipOnce(t *testing.T) {
+	c := newTestCluster(t, 3, -1)
+	origin := c.nodes[0]
+	reqs := make([]queue.AddRequest, 16)
+	for i := range reqs {
+		reqs[i] = queue.AddRequest{Queue: "q", Body: []byte("b"), TTL: 3600, Retry: 60, Replicate: 2 + i%2, Async: true}
+	}
+	before := c.reachableCalls.Load()
+	res := origin.broker.AddJobs(reqs)
+	calls := c.reachableCalls.Load() - before
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		j, err := origin.st.Job(r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(j.Nodes) != reqs[i].Replicate {
+			t.Fatalf("job %d: nodes %v, want %d", i, j.Nodes, reqs[i].Replicate)
+		}
+	}
+	// ReachablePeers once, AsyncNodes once (a GOTJOB handled meanwhile
+	// reads none).
+	if calls > 2 {
+		t.Fatalf("one round of 16 ASYNC jobs read membership %d times, want 2", calls)
+	}
+}
