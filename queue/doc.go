@@ -223,7 +223,8 @@
 // shorter than twice the count, at least 1) in one hold, as GETJOB
 // would — so a RETRY 0 job's delivery is fsynced — not counted as
 // deliveries, adds the asker to each at-least-once job's nodes in the
-// same hold, waits for durability, reads the bodies not yet durable,
+// delivery's own record (storage.Batch.DeliverMoved: one record a job),
+// waits for durability, reads the bodies not yet durable,
 // then deletes the at-most-once ones (already unrequeueable: delivered)
 // and returns them all; an at-least-once one stays active here with its
 // requeue timer. RemoteYourJobs queues what arrives, in one batch and

@@ -22,7 +22,7 @@ const maxYourJobsBytes = MaxGetBytes
 // jobs leave the queue — at most half of it when it holds fewer than
 // 2×count, at least 1 — each as a delivery here (so a RETRY 0 job's is
 // fsynced, whatever the policy, before it goes), with the asker added to
-// its nodes. A RETRY > 0 job stays here, active, with its requeue timer
+// its nodes by the delivery's own record. A RETRY > 0 job stays here, active, with its requeue timer
 // (at-least-once: if the asker never queues it, it comes back here after
 // its RETRY); a RETRY 0 job is deleted here. The jobs are returned, with
 // their bodies, counters and merged node lists, once all that is durable:
@@ -52,34 +52,23 @@ func (b *Broker) RemoteNeedJobs(from, queue string, count int) ([]Replica, error
 		n = qlen / 2
 	}
 	n = max(n, 1)
-	got, err := b.deliverLocked([]string{queue}, take{count: int(n), bytes: maxYourJobsBytes, first: true, moved: true}, now)
+	// The asker may hold a copy from now on: an ACKJOB here must reach it.
+	// Each at-least-once job's delivery record adds the asker to its nodes
+	// (one record a job: take.to); an at-most-once job's node list does
+	// not matter here, where it is deleted, but goes with the asker in it.
+	got, err := b.deliverLocked([]string{queue}, take{count: int(n), bytes: maxYourJobsBytes, first: true, moved: true, to: from}, now)
 	if err != nil {
 		b.mu.Unlock()
 		return nil, err
 	}
-	// The asker may hold a copy from now on: an ACKJOB here must reach it.
-	// An at-most-once job's node list does not matter: it is deleted here.
 	sent := make(map[string]*storage.Job, len(got.jobs))
-	nodes := b.st.NewBatch()
 	for _, j := range got.jobs {
-		nj := *j
 		if merged, grew := mergeNodes(j.Nodes, []string{from}); grew {
+			nj := *j
 			nj.Nodes = merged
-			if j.Retry > 0 {
-				nodes.SetNodes(j.ID, merged)
-			}
+			j = &nj
 		}
-		sent[j.ID] = &nj
-	}
-	if nodes.Len() > 0 {
-		res, p := b.st.Apply(nodes)
-		for _, r := range res {
-			if r.Err != nil && errUnusable(r.Err) {
-				b.mu.Unlock()
-				return nil, wrapStore(r.Err)
-			}
-		}
-		got.pending = got.pending.Join(p)
+		sent[j.ID] = j
 	}
 	b.mu.Unlock()
 	delivered, err := b.finish(got)

@@ -120,6 +120,9 @@ type take struct {
 	// moved: the jobs go to another node (a NEEDJOBS), not to a consumer:
 	// not counted in Stats.JobsDelivered, and returned in delivery.jobs.
 	moved bool
+	// to, for a moved take: that node, which the delivery record of each
+	// at-least-once job adds to its nodes (storage.Batch.DeliverMoved).
+	to string
 }
 
 // GetJobs delivers up to Count jobs (at most MaxGetCount and MaxGetBytes)
@@ -380,6 +383,22 @@ func (b *Broker) deliverLocked(names []string, t take, now int64) (delivery, err
 		}
 	}
 	retryFn := func(j *storage.Job) int64 { return retryTime(now, j.Retry) }
+	var nodesFn func(*storage.Job) []string
+	if t.moved && t.to != "" {
+		// The asker may hold a copy from now on: an ACKJOB here must
+		// reach it. An at-most-once job's list does not matter: it is
+		// deleted here once delivered.
+		to := []string{t.to}
+		nodesFn = func(j *storage.Job) []string {
+			if j.Retry == 0 {
+				return nil
+			}
+			if merged, grew := mergeNodes(j.Nodes, to); grew {
+				return merged
+			}
+			return nil
+		}
+	}
 	count := t.count
 	var d delivery
 	if len(qs) > 0 {
@@ -477,7 +496,11 @@ func (b *Broker) deliverLocked(names []string, t take, now int64) (delivery, err
 		var from []int // batch op → candidate
 		for i, j := range jobs {
 			if j != nil { // nil: stale (acked, deleted or moved since it was queued) or unreadable
-				batch.DeliverAt(cands[i].q.name, cands[i].pos, retryFn)
+				if nodesFn != nil {
+					batch.DeliverMoved(cands[i].q.name, cands[i].pos, retryFn, nodesFn)
+				} else {
+					batch.DeliverAt(cands[i].q.name, cands[i].pos, retryFn)
+				}
 				from = append(from, i)
 			}
 		}

@@ -408,3 +408,72 @@ func TestBlockedGetJobKeepsAsking(t *testing.T) {
 		t.Fatalf("the blocked client was not served (B sent %d NEEDJOBS)", b.jobs.Stats().NeedJobsSent)
 	}
 }
+
+// TestNeedJobsWritesOneRecordAJob: the giver records a job it moves to
+// another node with one AOF record, its delivery carrying the asker in the
+// job's nodes (storage.Batch.DeliverMoved), not a DELIVER and then a NODES
+// record: the AOF grows by what a GETJOB's deliveries of as many jobs
+// write plus the node lists. The giver's at-least-once copies keep the
+// asker among their nodes, across a restart, and an at-most-once job
+// still goes (with the asker in its list) and is deleted here.
+func TestNeedJobsWritesOneRecordAJob(t *testing.T) {
+	c := fedCluster(t, 2)
+	a, b := c.nodes[0], c.nodes[1]
+	const n = 10
+	for _, q := range []string{"g", "m"} {
+		for range n {
+			if r := addJob(t, a, queue.AddRequest{Queue: q, Replicate: 1}); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+	}
+	var got []queue.Delivered
+	get := aofGrowth(a, func() {
+		var err error
+		got, err = a.broker.GetJobs(context.Background(), queue.GetRequest{Queues: []string{"g"}, Count: n, NoHang: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	var moved []queue.Replica
+	need := aofGrowth(a, func() {
+		var err error
+		// n queued, fewer than 2×n: half of them go.
+		if moved, err = a.broker.RemoteNeedJobs(b.id, "m", n); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if len(got) != n || len(moved) != n/2 {
+		t.Fatalf("GETJOB delivered %d, NEEDJOBS gave %d", len(got), len(moved))
+	}
+	// Per job, the node list of two ids (a count, and a length and 40
+	// digits each) beside the delivery; a NODES record of its own would
+	// add its framing and the job's id to that.
+	list := int64(1 + 2*(1+40))
+	perGet, perMoved := get/n, need/int64(len(moved))
+	if perMoved-perGet < list || perMoved-perGet > list+8 {
+		t.Fatalf("a moved job wrote %d bytes of AOF, a delivered one %d: want one record, the delivery with its %d-byte node list", perMoved, perGet, list)
+	}
+	want := []string{a.id, b.id}
+	for _, r := range moved {
+		if !slices.Equal(r.Job.Nodes, want) {
+			t.Fatalf("sent %s with nodes %v, want %v", r.Job.ID, r.Job.Nodes, want)
+		}
+	}
+	once := a.broker.AddJobs([]queue.AddRequest{{Queue: "z", Body: []byte("once"), TTL: 3600, Replicate: 1}})[0]
+	if once.Err != nil {
+		t.Fatal(once.Err)
+	}
+	give, err := a.broker.RemoteNeedJobs(b.id, "z", 5)
+	if err != nil || len(give) != 1 || !slices.Equal(give[0].Job.Nodes, want) || a.state(t, once.ID) != "" {
+		t.Fatalf("at-most-once: gave %+v, %v; A's copy %q", give, err, a.state(t, once.ID))
+	}
+	c.close(a)
+	c.open(a)
+	for _, r := range moved {
+		j := a.job(t, r.Job.ID)
+		if j == nil || j.State != storage.StateActive || j.Deliveries != 1 || !slices.Equal(j.Nodes, want) {
+			t.Fatalf("A's copy of %s after a restart: %+v", r.Job.ID, j)
+		}
+	}
+}

@@ -15,7 +15,7 @@ import (
 const (
 	recAdd     wal.RecordType = 1  // job header + body
 	recQueue   wal.RecordType = 2  // id, qtime: active or wait-repl → queued
-	recDeliver wal.RecordType = 3  // id, qtime: queued → active, delivered
+	recDeliver wal.RecordType = 3  // id, qtime[, node list]: queued → active, delivered (and the nodes replaced: a job moved to another node)
 	recRequeue wal.RecordType = 4  // id, qtime: retry timer fired → queued
 	recNack    wal.RecordType = 5  // id, qtime, awake: → queued (or delayed), nacks+1
 	recWorking wal.RecordType = 6  // id, qtime[, +nacks, +additional deliveries]: requeue postponed (Postpone: QUEUED's counters)
@@ -74,6 +74,10 @@ type op struct {
 	// qtimeFn, when set (live operations only), computes qtime from the job
 	// before the record is encoded.
 	qtimeFn func(*Job) int64
+	// nodesFn, when set (live deliveries only), computes from the job the
+	// node list the DELIVER also sets (nil: the list stays), before the
+	// record is encoded; the record then carries it (o.nodes).
+	nodesFn func(*Job) []string
 	// fresh (live adds only): the id was just made by NewJobID, so the
 	// lookup that refuses a duplicate id is skipped.
 	fresh bool
@@ -85,7 +89,8 @@ type op struct {
 	// add skipped the Pebble lookup (replica_first.go).
 	firstInc  uint64
 	firstFast bool
-	// nodes: the node list a NODES record sets.
+	// nodes: the node list a NODES record sets, or a DELIVER that carries
+	// one (nil: none).
 	nodes []string
 	awake int64 // nack
 	// working: the counters to add (QUEUED from another node).
@@ -142,9 +147,16 @@ func encodeOp(dst []byte, o *op) []byte {
 		dst = append(dst, flags)
 		dst = binary.AppendUvarint(dst, uint64(o.job.BodySize))
 		return append(dst, o.body...)
-	case recQueue, recDeliver, recRequeue:
+	case recQueue, recRequeue:
 		dst = append(dst, o.id...)
 		return binary.AppendVarint(dst, o.qtime)
+	case recDeliver:
+		dst = append(dst, o.id...)
+		dst = binary.AppendVarint(dst, o.qtime)
+		if len(o.nodes) > 0 { // a job moved to another node: its nodes too
+			dst = appendNodes(dst, o.nodes)
+		}
+		return dst
 	case recWorking:
 		dst = append(dst, o.id...)
 		dst = binary.AppendVarint(dst, o.qtime)
@@ -222,9 +234,20 @@ func decodeOp(typ wal.RecordType, payload []byte) (*op, error) {
 		if d.err == nil && !o.compressed && len(o.body) != int(j.BodySize) {
 			d.fail("body length mismatch")
 		}
-	case recQueue, recDeliver, recRequeue:
+	case recQueue, recRequeue:
 		o.id = d.id()
 		o.qtime = d.varint()
+	case recDeliver:
+		o.id = d.id()
+		o.qtime = d.varint()
+		if len(d.b) > 0 { // the node list, when the delivery set one
+			var j Job
+			d.nodes(&j)
+			if d.err == nil && len(j.Nodes) == 0 {
+				d.fail("empty node list")
+			}
+			o.nodes = j.Nodes
+		}
 	case recWorking:
 		o.id = d.id()
 		o.qtime = d.varint()

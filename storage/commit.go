@@ -554,6 +554,12 @@ func (s *Store) resolve(overlay map[string]*Job, o *op) (old, nj *Job, err error
 	if o.qtimeFn != nil {
 		o.qtime = o.qtimeFn(old)
 	}
+	if o.nodesFn != nil {
+		o.nodes = nil
+		if n := o.nodesFn(old); len(n) > 0 {
+			o.nodes = slices.Clone(n)
+		}
+	}
 	nj, err = transition(old, o)
 	if err != nil && o.rebuild {
 		// In a rebuild, a record whose job's history was collected may

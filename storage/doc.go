@@ -166,7 +166,13 @@
 // (Batch.AckUnknown: state acked, no queue, no body, only a TTL) records an
 // ack for an id never seen, so a late REPLJOB cannot resurrect the job. A
 // NODES record (Batch.SetNodes) replaces a job's node list, in any state:
-// the origin of a replicated job records the nodes it sent it to. Node
+// the origin of a replicated job records the nodes it sent it to. A
+// DELIVER record may carry a node list too (Batch.DeliverMoved: the
+// delivery of a job federation moves to another node, which joins its
+// nodes in the same record); its plain layout, the id and qtime alone, is
+// what every AOF before it holds and still replays, and a build older
+// than the layout refuses an AOF that holds the longer one (a malformed
+// record), never applies it in part. Node
 // ids are interned (format 6, nodenames.go): the index numbers every node
 // id it has seen (n/ keys, never reused, rebuilt with the index from the
 // log, whose records still spell ids out) and a value lists the numbers,

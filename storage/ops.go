@@ -260,6 +260,20 @@ func (b *Batch) DeliverAt(queue string, p QueuePos, qtime func(*Job) int64) {
 	b.job(o)
 }
 
+// DeliverMoved is DeliverAt for a job that moves to another node
+// (federation's NEEDJOBS): nodes computes from the job, as it is when the
+// batch applies, the node list to set with the delivery (nil: the list
+// stays). The one DELIVER record then carries the list, instead of a
+// DELIVER and a NODES record each applied and written on its own.
+// Replayed, it sets both; a build older than this record layout refuses
+// an AOF holding one (a malformed record: trailing bytes), never applies
+// it in part.
+func (b *Batch) DeliverMoved(queue string, p QueuePos, qtime func(*Job) int64, nodes func(*Job) []string) {
+	o := deliverOp(p.ID, 0)
+	o.qtimeFn, o.nodesFn, o.hintQueue, o.hintCtime = qtime, nodes, queue, p.Ctime
+	b.job(o)
+}
+
 // Requeue adds a Store.Requeue to the batch.
 func (b *Batch) Requeue(id string, qtime int64) { b.job(requeueOp(id, qtime)) }
 

@@ -121,6 +121,11 @@ func transition(cur *Job, o *op) (*Job, error) {
 		return nil, fmt.Errorf("storage: record type %d is not a job transition", o.typ)
 	}
 	j.Nodes = cur.Nodes // shared, never mutated in place
+	if o.typ == recDeliver && o.nodes != nil {
+		// A job moved to another node (federation): who may hold a copy
+		// now, in the delivery's own record.
+		j.Nodes = o.nodes
+	}
 	return &j, nil
 }
 
