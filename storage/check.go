@@ -456,7 +456,11 @@ func (c *checker) bodies(jobs []*Job) {
 	for i, j := range jobs {
 		err := errs[i]
 		if err == nil {
-			_, err = bodyOf(j, recs[i])
+			// The whole record decodes (bodyOf reads only its body's
+			// part), and its body is the job's.
+			if _, err = decodeOp(recs[i].Type, recs[i].Payload); err == nil {
+				_, err = bodyOf(j, recs[i])
+			}
 		}
 		if err == nil {
 			continue

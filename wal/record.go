@@ -78,12 +78,21 @@ func frameLen(hdr []byte) int64 { return int64(binary.LittleEndian.Uint32(hdr[4:
 // frame, so a frame is valid only in its own segment and at its own place —
 // bytes of a job body that happen to look like a frame, or a frame of
 // another log, never are.
+//
+// The salt and the LSN go through the table a byte at a time, not through
+// crc32.Update: a slice of a local array handed to it escapes (its
+// hardware path is called through a function value), which made every
+// record written and every record read allocate 16 bytes — 2% of a
+// server's CPU under producers and consumers at once.
 func headerCRC(salt uint64, lsn LSN, hdr []byte) uint32 {
-	var pre [16]byte
-	binary.LittleEndian.PutUint64(pre[0:8], salt)
-	binary.LittleEndian.PutUint64(pre[8:16], uint64(lsn))
-	crc := crc32.Update(0, castagnoli, pre[:])
-	return crc32.Update(crc, castagnoli, hdr[4:frameHeaderSize])
+	crc := ^uint32(0) // crc32.Update's pre- and post-inversion, by hand
+	for _, v := range [2]uint64{salt, uint64(lsn)} {
+		for range 8 { // little-endian, as binary.LittleEndian.PutUint64
+			crc = castagnoli[byte(crc)^byte(v)] ^ crc>>8
+			v >>= 8
+		}
+	}
+	return crc32.Update(^crc, castagnoli, hdr[4:frameHeaderSize])
 }
 
 // appendFrame appends r's format-2 frame, to lie at lsn in a segment with
