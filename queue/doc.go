@@ -49,7 +49,11 @@
 // Every change is applied to the store (storage.Store.Apply) and to the
 // heads, waiters and wheel under Broker.mu, so they never disagree with the
 // index; the wait for durability (storage.Pending.Wait) happens after mu is
-// released, and no result is returned before it. The wheel holds a job's
+// released, and no result is returned before it. A command that writes
+// nothing because it found its jobs unknown or in the state it would give
+// them (a second ACKJOB of a job whose first ACKJOB's fsync still runs)
+// waits too, for everything applied before it (Store.AppliedPending): its
+// reply reports that state, which must be durable. The wheel holds a job's
 // current events only (every change replaces them), so a timer event that
 // fires is current. A batch with two ops of one job (a clustered requeue or
 // ENQUEUE and its counter bump) sets the job's events once, from the last
