@@ -218,3 +218,44 @@ func (b *Broker) remoteSetAck(ids []string, dummies bool) ([]bool, error) {
 // collection is over, FASTACK, or a replication that timed out). It returns
 // how many were deleted.
 func (b *Broker) RemoteDelJob(ids []string) (int, error) { return b.DelJob(ids) }
+
+// RemoteFastDel deletes jobs because another node's FASTACK says so
+// (FASTDEL), as RemoteDelJob, except that an unknown at-least-once id
+// whose sender counts this node among its holders (held[i]: a copy was
+// sent here, or is on its way) leaves a dummy ack instead, as SETACK's
+// does: a REPLJOB of it still on its way must not queue a copy of a job
+// the client acked. Looked up in the same batch as the delete, so a
+// REPLJOB applied meanwhile is deleted, not left beside a dummy. It
+// returns the ids of the dummy acks left (their collection is the
+// caller's), once the batch is durable.
+func (b *Broker) RemoteFastDel(ids []string, held []bool) (dummies []string, err error) {
+	holder := make(map[string]bool, len(ids))
+	for i, id := range ids {
+		holder[id] = holder[id] || held[i]
+	}
+	_, err = b.idBatch(ids, func(batch *storage.Batch, id string, now int64) error {
+		_, err := b.st.Job(id)
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+			if holder[id] && storage.ValidJobID(id) && !storage.IDAtMostOnce(id) {
+				return wrapStore(batch.AckUnknown(id, now+idTTLMillis(id)))
+			}
+		case err != nil:
+			return wrapStore(err)
+		default:
+			batch.Delete(id)
+		}
+		return nil
+	}, func(old, nj *storage.Job, _ int64) {
+		switch {
+		case old == nil:
+			dummies = append(dummies, nj.ID)
+		case old.State == storage.StateQueued:
+			b.unqueuedLocked(old)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return dummies, nil
+}

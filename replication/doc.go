@@ -350,7 +350,12 @@
 //     that wants an answer) to every holder (every node for an unknown
 //     id) that has not answered, 1 s doubling to 180 s (± 500 ms); a
 //     receiver deletes its copy as for DELJOB and, once durable, answers
-//     GOTACK; once all answered (or were forgotten) the placeholder is
+//     GOTACK. A receiver the FASTDEL counts a holder of (mayhave > 0)
+//     that does not have the job leaves a dummy ack instead, as for
+//     SETACK (Broker.RemoteFastDel): its copy may still be on the way
+//     (a REPLJOB queued on a link being redialled), and queued after the
+//     deletion it would be delivered again; the dummy is collected as a
+//     SETACK's (heldAcked). Once all answered (or were forgotten) the placeholder is
 //     deleted here, with no further message. One FASTDEL and one GOTACK
 //     per holder when none is lost. A restart resumes the placeholder as
 //     an ACKJOB's collection (an acked job on disk). A job already being

@@ -119,16 +119,39 @@ func (j *Jobs) sendFastDels(per map[string][]string, mayhave map[string][]int) i
 	return sent
 }
 
-// delJobs deletes the copies a FASTDEL names, as a DELJOB does (one
-// DELJOB alone; those a link read brings together go through
-// handleCollectRun), and ends their collections here. It returns the
-// broker's error: the FASTDEL is then not answered.
-func (j *Jobs) delJobs(ids []string) error {
-	_, err := j.broker.RemoteDelJob(ids)
+// delJobs deletes the copies a FASTDEL from from names, as a DELJOB does
+// (one DELJOB alone; those a link read brings together go through
+// handleCollectRun), and ends their collections here. An id it names
+// with holders (held[i]: mayhave > 0, so this node is one) that this node
+// does not have leaves a dummy ack (Broker.RemoteFastDel), as SETACK's
+// rule has it: the copy sent here may still be on its way (a REPLJOB
+// held by a link being redialled, a resend), and arriving after the
+// deletion it would be queued, a FASTACKed job delivered again. The
+// dummy is collected as a SETACK's is (heldAcked: its round, after the
+// retry period, asks every node; none knowing the job, it is dropped). An
+// unknown id sent with mayhave 0 (a FASTACK on a node that never had the
+// job, to every node) leaves nothing, as SETACK's search does. It returns
+// the broker's error: the FASTDEL is then not answered.
+func (j *Jobs) delJobs(from string, ids []string, held []bool) error {
+	dummies, err := j.broker.RemoteFastDel(ids, held)
 	if err != nil {
 		j.log.Warn("replication: FASTDEL", "jobs", len(ids), "err", err)
 	}
-	j.endCollections(ids)
+	ended := ids
+	if len(dummies) > 0 {
+		dummy := make(map[string]bool, len(dummies))
+		for _, id := range dummies {
+			dummy[id] = true
+		}
+		ended = make([]string, 0, len(ids))
+		for _, id := range ids {
+			if !dummy[id] {
+				ended = append(ended, id)
+			}
+		}
+	}
+	j.endCollections(ended)
+	j.heldAcked(from, nil, dummies, j.cfg.Now())
 	return err
 }
 
@@ -146,6 +169,7 @@ func (j *Jobs) delJobs(ids []string) error {
 // active, requeued at its RETRY and delivered again.
 func (j *Jobs) fastDelJobs(from string, ids []string, mayhave []int) {
 	var del, more []string
+	var held []bool // per del: the sender counts this node a holder
 	for i, id := range ids {
 		if mayhave[i] > 0 {
 			if job, err := j.broker.Store().Job(id); err == nil && job.State != storage.StateAcked && len(job.Nodes) > mayhave[i] {
@@ -153,7 +177,7 @@ func (j *Jobs) fastDelJobs(from string, ids []string, mayhave []int) {
 				continue
 			}
 		}
-		del = append(del, id)
+		del, held = append(del, id), append(held, mayhave[i] > 0)
 	}
 	var answer []string
 	if len(more) > 0 {
@@ -174,13 +198,13 @@ func (j *Jobs) fastDelJobs(from string, ids []string, mayhave []int) {
 				if taken[id] {
 					answer = append(answer, id)
 				} else {
-					del = append(del, id)
+					del, held = append(del, id), append(held, true)
 				}
 			}
 			j.fastAcked(acked, unknown, from)
 		}
 	}
-	if len(del) > 0 && j.delJobs(del) == nil {
+	if len(del) > 0 && j.delJobs(from, del, held) == nil {
 		answer = append(answer, del...)
 	}
 	if len(answer) > 0 {
