@@ -148,8 +148,7 @@ func (j *Jobs) pause(from, name string, v pauseVersion, versioned bool) {
 // ack-retry loop calls it each tick; tests call it). It returns how many
 // PAUSE messages it sent.
 func (j *Jobs) syncPauses() int {
-	tr := j.boundTr.Load()
-	if tr == nil {
+	if j.boundTr.Load() == nil {
 		return 0
 	}
 	pb := &j.pauses
@@ -161,15 +160,11 @@ func (j *Jobs) syncPauses() int {
 	}
 	prev := pb.linked
 	pb.mu.Unlock()
-	now := map[string]bool{}
+	now := j.peersUp()
 	var fresh []string
-	for _, n := range j.cfg.Peers.Reachable() {
-		if n.ID == j.self() || !(*tr).Connected(n.ID) {
-			continue
-		}
-		now[n.ID] = true
-		if !prev[n.ID] {
-			fresh = append(fresh, n.ID)
+	for id := range now {
+		if !prev[id] {
+			fresh = append(fresh, id)
 		}
 	}
 	pb.mu.Lock()
