@@ -147,6 +147,10 @@ type JobsStats struct {
 	// ReturnAsks: SETACK messages sent to a node that came back
 	// (AskReturning, ackgc_return.go), counted in SetAcksSent too.
 	ReturnAsks int64
+
+	// GLOBALQLEN (jobs_qlen.go): QUEUELEN requests sent, and the answers
+	// received that counted (in time, from a node asked, once).
+	QueueLensSent, QueueLenAnswersReceived int64
 }
 
 // pendingRepl is one job of a Replicate call.
