@@ -386,7 +386,13 @@
 //     ends with the later by hybrid clock. A local PAUSE or a FLUSHALL
 //     leaves the versions alone: the local state stands until
 //     a newer broadcast. An unversioned PAUSE (an older node) is applied
-//     as before.
+//     as before. The book is bounded (jobs_pause_forget.go): a node that
+//     holds a version tells its origin (PAUSEHAVE); an origin drops an
+//     own unpaused entry a minute old once every known node holds it and
+//     tells them to drop it too (PAUSEFORGET), and answers a copy of an
+//     entry it forgot, sent again by a node that missed that, with
+//     PAUSEFORGET again: the book holds the paused queues, and the
+//     unpaused ones until every known node has heard.
 //   - External replication (jobs_external.go, queue.ExternalCluster):
 //     ReplicateExternal is Replicate with Repl *other* nodes to confirm
 //     and the copies' node list without this node; once confirmed, ENQUEUE
