@@ -224,38 +224,49 @@ func (b *Broker) RemoteDelJob(ids []string) (int, error) { return b.DelJob(ids) 
 // whose sender counts this node among its holders (held[i]: a copy was
 // sent here, or is on its way) leaves a dummy ack instead, as SETACK's
 // does: a REPLJOB of it still on its way must not queue a copy of a job
-// the client acked. Looked up in the same batch as the delete, so a
-// REPLJOB applied meanwhile is deleted, not left beside a dummy. It
+// the client acked. The dummies are written in the same hold of the
+// broker's lock as the deletes that found nothing, so no REPLJOB is
+// applied between (its copy would be left beside no dummy). It
 // returns the ids of the dummy acks left (their collection is the
 // caller's), once the batch is durable.
 func (b *Broker) RemoteFastDel(ids []string, held []bool) (dummies []string, err error) {
-	holder := make(map[string]bool, len(ids))
-	for i, id := range ids {
-		holder[id] = holder[id] || held[i]
-	}
-	_, err = b.idBatch(ids, func(batch *storage.Batch, id string, now int64) error {
-		_, err := b.st.Job(id)
-		switch {
-		case errors.Is(err, storage.ErrNotFound):
-			if holder[id] && storage.ValidJobID(id) && !storage.IDAtMostOnce(id) {
-				return wrapStore(batch.AckUnknown(id, now+idTTLMillis(id)))
-			}
-		case err != nil:
-			return wrapStore(err)
-		default:
-			batch.Delete(id)
-		}
+	deleted := make(map[string]bool, len(ids))
+	b.mu.Lock()
+	// The deletes blind, as DELJOB's (the store skips unknown ids); then,
+	// in the same hold of mu (no REPLJOB applied between), the dummy
+	// acks of the held ids that were not here.
+	_, pending, err := b.idBatchLocked(ids, func(batch *storage.Batch, id string, _ int64) error {
+		batch.Delete(id)
 		return nil
-	}, func(old, nj *storage.Job, _ int64) {
-		switch {
-		case old == nil:
-			dummies = append(dummies, nj.ID)
-		case old.State == storage.StateQueued:
+	}, func(old, _ *storage.Job, _ int64) {
+		deleted[old.ID] = true
+		if old.State == storage.StateQueued {
 			b.unqueuedLocked(old)
 		}
 	})
+	var miss []string
+	for i, id := range ids {
+		if err == nil && held[i] && !deleted[id] && storage.ValidJobID(id) && !storage.IDAtMostOnce(id) {
+			miss = append(miss, id)
+		}
+	}
+	if len(miss) > 0 {
+		var more storage.Pending
+		_, more, err = b.idBatchLocked(miss, func(batch *storage.Batch, id string, now int64) error {
+			return wrapStore(batch.AckUnknown(id, now+idTTLMillis(id)))
+		}, func(old, nj *storage.Job, _ int64) {
+			if old == nil {
+				dummies = append(dummies, nj.ID)
+			}
+		})
+		pending = pending.Join(more)
+	}
+	b.mu.Unlock()
 	if err != nil {
 		return nil, err
+	}
+	if err := pending.Wait(); err != nil {
+		return nil, wrapStore(err)
 	}
 	return dummies, nil
 }

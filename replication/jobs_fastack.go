@@ -1,6 +1,9 @@
 package replication
 
 import (
+	"sync"
+	"time"
+
 	"github.com/diskque/diskque/storage"
 )
 
@@ -128,11 +131,22 @@ func (j *Jobs) sendFastDels(per map[string][]string, mayhave map[string][]int) i
 // held by a link being redialled, a resend), and arriving after the
 // deletion it would be queued, a FASTACKed job delivered again. The
 // dummy is collected as a SETACK's is (heldAcked: its round, after the
-// retry period, asks every node; none knowing the job, it is dropped). An
+// retry period, asks every node; none knowing the job, it is dropped).
+// A FASTDEL sent again (its GOTACK late or lost) for a copy a FASTDEL
+// deleted here within the last 10 to 20 s (fastDeleted) leaves nothing:
+// that copy's REPLJOB came already. An
 // unknown id sent with mayhave 0 (a FASTACK on a node that never had the
 // job, to every node) leaves nothing, as SETACK's search does. It returns
 // the broker's error: the FASTDEL is then not answered.
 func (j *Jobs) delJobs(from string, ids []string, held []bool) error {
+	now := j.cfg.Now()
+	for i, id := range ids {
+		if held[i] && j.fastDeleted.has(id, now) {
+			// A FASTDEL again (its GOTACK late or lost) for a copy a
+			// FASTDEL deleted here: its REPLJOB came long ago.
+			held[i] = false
+		}
+	}
 	dummies, err := j.broker.RemoteFastDel(ids, held)
 	if err != nil {
 		j.log.Warn("replication: FASTDEL", "jobs", len(ids), "err", err)
@@ -151,8 +165,60 @@ func (j *Jobs) delJobs(from string, ids []string, held []bool) error {
 		}
 	}
 	j.endCollections(ended)
-	j.heldAcked(from, nil, dummies, j.cfg.Now())
+	j.heldAcked(from, nil, dummies, now)
+	if err == nil {
+		j.fastDeleted.add(ended, now)
+	}
 	return err
+}
+
+// recentIDs is a bounded set of the ids added within the last
+// recentIDsSpan to 2×recentIDsSpan: two generations, the older dropped
+// whole. Past maxRecentIDs in a generation, ids are no longer added (a
+// FASTDEL sent again for one then leaves a dummy ack, collected as any).
+type recentIDs struct {
+	mu        sync.Mutex
+	cur, prev map[string]struct{}
+	since     time.Time // when cur began
+}
+
+const (
+	// recentIDsSpan covers a FASTDEL's first resends (1 s, 2 s, 4 s … ±
+	// 500 ms): one whose answer is later than that leaves a dummy ack.
+	recentIDsSpan = 10 * time.Second
+	maxRecentIDs  = 1 << 17
+)
+
+func (r *recentIDs) rotateLocked(now time.Time) {
+	switch d := now.Sub(r.since); {
+	case r.cur == nil || d >= 2*recentIDsSpan:
+		r.cur, r.prev, r.since = map[string]struct{}{}, nil, now
+	case d >= recentIDsSpan:
+		r.cur, r.prev, r.since = map[string]struct{}{}, r.cur, now
+	}
+}
+
+func (r *recentIDs) add(ids []string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rotateLocked(now)
+	for _, id := range ids {
+		if len(r.cur) >= maxRecentIDs {
+			return
+		}
+		r.cur[id] = struct{}{}
+	}
+}
+
+func (r *recentIDs) has(id string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rotateLocked(now)
+	_, in := r.cur[id]
+	if !in {
+		_, in = r.prev[id]
+	}
+	return in
 }
 
 // fastDelJobs handles FASTDEL: the copies are deleted as by DELJOB

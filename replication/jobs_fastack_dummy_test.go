@@ -2,6 +2,7 @@ package replication
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,5 +91,51 @@ func TestFastDelOfAnUnknownIDLeavesNothingOnBystanders(t *testing.T) {
 	if n, err := asker.broker.FastAck([]string{res.ID}); err != nil || n != 0 {
 		t.Fatalf("FastAck on a non-holder: %d, %v", n, err)
 	}
+	noTrace(t, c, res.ID)
+}
+
+// TestFastDelSentAgainLeavesNoDummyWhereTheCopyWasDeleted: a holder's
+// GOTACK to a FASTDEL is lost, so the deletion sends it FASTDEL again; the
+// holder deleted its copy at the first one and must not take the second
+// for a job it never had: no dummy ack (it would cost a collection round,
+// and with every answer late on a loaded node, one per job: the
+// FASTACK cost test left dummies behind).
+func TestFastDelSentAgainLeavesNoDummyWhereTheCopyWasDeleted(t *testing.T) {
+	c := newTestCluster(t, 3, -1)
+	origin, holder := c.nodes[0], c.nodes[1]
+	res := addJob(t, origin, queue.AddRequest{Replicate: 3, Timeout: 5000})
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	var lost atomic.Int64
+	c.mu.Lock()
+	c.lose = func(dst, from string, m Message) bool {
+		if dst == origin.id && from == holder.id && m.Type == MsgGotAck {
+			lost.Add(1)
+			return true
+		}
+		return false
+	}
+	c.mu.Unlock()
+	if n, err := origin.broker.FastAck([]string{res.ID}); err != nil || n != 1 {
+		t.Fatalf("FastAck: %d, %v", n, err)
+	}
+	eventually(t, "the holder's answer lost", func() bool { return lost.Load() > 0 })
+	next, ok := origin.jobs.NextAckRetry(res.ID)
+	if !ok {
+		t.Fatal("the origin does not retry the deletion")
+	}
+	if n := origin.jobs.RetryAcks(next); n != 1 {
+		t.Fatalf("the retry sent %d messages, want one FASTDEL to the holder", n)
+	}
+	eventually(t, "the second answer lost too", func() bool { return lost.Load() > 1 })
+	if got := holder.state(t, res.ID); got != "" {
+		t.Fatalf("after the FASTDEL sent again the holder has %q, want nothing", got)
+	}
+	c.mu.Lock()
+	c.lose = nil
+	c.mu.Unlock()
+	next, _ = origin.jobs.NextAckRetry(res.ID)
+	origin.jobs.RetryAcks(next)
 	noTrace(t, c, res.ID)
 }
