@@ -49,7 +49,11 @@
 // Every change is applied to the store (storage.Store.Apply) and to the
 // heads, waiters and wheel under Broker.mu, so they never disagree with the
 // index; the wait for durability (storage.Pending.Wait) happens after mu is
-// released, and no result is returned before it. The wheel holds a job's
+// released, and no result is returned before it. A command that writes
+// nothing because it found its jobs unknown or in the state it would give
+// them (a second ACKJOB of a job whose first ACKJOB's fsync still runs)
+// waits too, for everything applied before it (Store.AppliedPending): its
+// reply reports that state, which must be durable. The wheel holds a job's
 // current events only (every change replaces them), so a timer event that
 // fires is current. A batch with two ops of one job (a clustered requeue or
 // ENQUEUE and its counter bump) sets the job's events once, from the last
@@ -172,7 +176,9 @@
 // copy, active and not queued; ReplicaApply is the same with the wait for
 // durability left to the caller), RemoteSetAck (SETACK: an unknown id
 // leaves a dummy ack; RemoteSetAckKnown, for a dummy ack's search, leaves
-// nothing) and RemoteDelJob (DELJOB) (remote.go); RemoteCollect applies
+// nothing), RemoteDelJob (DELJOB) and RemoteFastDel (FASTDEL: a DELJOB
+// that leaves a dummy ack for an unknown at-least-once id the sender
+// counts this node a holder of, as SETACK does) (remote.go); RemoteCollect applies
 // the SETACKs and DELJOBs of one link read as one batch, in order, the
 // durability left to the caller (an ack a later DELJOB of the batch
 // deletes is not written), and DeleteCollected deletes jobs whose

@@ -374,7 +374,11 @@ func (b *Broker) idBatchLocked(ids []string,
 		}
 	}
 	if batch.Len() == 0 {
-		return 0, storage.Pending{}, nil
+		// Nothing to write: each id was found unknown or in the state
+		// the command would give it, maybe by a command whose write is
+		// not durable yet (an ACKJOB whose fsync runs). The reply
+		// reports that state, so it waits for it too.
+		return 0, b.st.AppliedPending(), nil
 	}
 	res, pending := b.st.Apply(batch)
 	n := 0
@@ -406,6 +410,12 @@ func (b *Broker) idBatchLocked(ids []string,
 		if done != nil {
 			done(r.Old, r.Job, now)
 		}
+	}
+	if n == 0 {
+		// The store refused every op (unknown ids, or in a state the op
+		// does not apply to): as above, the reply waits for what it
+		// found. (An op written waits for everything applied before it.)
+		pending = pending.Join(b.st.AppliedPending())
 	}
 	return n, pending, nil
 }

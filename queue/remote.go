@@ -218,3 +218,55 @@ func (b *Broker) remoteSetAck(ids []string, dummies bool) ([]bool, error) {
 // collection is over, FASTACK, or a replication that timed out). It returns
 // how many were deleted.
 func (b *Broker) RemoteDelJob(ids []string) (int, error) { return b.DelJob(ids) }
+
+// RemoteFastDel deletes jobs because another node's FASTACK says so
+// (FASTDEL), as RemoteDelJob, except that an unknown at-least-once id
+// whose sender counts this node among its holders (held[i]: a copy was
+// sent here, or is on its way) leaves a dummy ack instead, as SETACK's
+// does: a REPLJOB of it still on its way must not queue a copy of a job
+// the client acked. The dummies are written in the same hold of the
+// broker's lock as the deletes that found nothing, so no REPLJOB is
+// applied between (its copy would be left beside no dummy). It
+// returns the ids of the dummy acks left (their collection is the
+// caller's), once the batch is durable.
+func (b *Broker) RemoteFastDel(ids []string, held []bool) (dummies []string, err error) {
+	deleted := make(map[string]bool, len(ids))
+	b.mu.Lock()
+	// The deletes blind, as DELJOB's (the store skips unknown ids); then,
+	// in the same hold of mu (no REPLJOB applied between), the dummy
+	// acks of the held ids that were not here.
+	_, pending, err := b.idBatchLocked(ids, func(batch *storage.Batch, id string, _ int64) error {
+		batch.Delete(id)
+		return nil
+	}, func(old, _ *storage.Job, _ int64) {
+		deleted[old.ID] = true
+		if old.State == storage.StateQueued {
+			b.unqueuedLocked(old)
+		}
+	})
+	var miss []string
+	for i, id := range ids {
+		if err == nil && held[i] && !deleted[id] && storage.ValidJobID(id) && !storage.IDAtMostOnce(id) {
+			miss = append(miss, id)
+		}
+	}
+	if len(miss) > 0 {
+		var more storage.Pending
+		_, more, err = b.idBatchLocked(miss, func(batch *storage.Batch, id string, now int64) error {
+			return wrapStore(batch.AckUnknown(id, now+idTTLMillis(id)))
+		}, func(old, nj *storage.Job, _ int64) {
+			if old == nil {
+				dummies = append(dummies, nj.ID)
+			}
+		})
+		pending = pending.Join(more)
+	}
+	b.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := pending.Wait(); err != nil {
+		return nil, wrapStore(err)
+	}
+	return dummies, nil
+}

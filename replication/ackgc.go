@@ -245,7 +245,8 @@ func (j *Jobs) ackLoop() {
 			now := j.cfg.Now()
 			j.AskReturning(now) // ackgc_return.go
 			j.RetryAcks(now)
-			j.syncPauses() // jobs_pause.go
+			j.syncPauses()      // jobs_pause.go
+			j.forgetPauses(now) // jobs_pause_forget.go
 		}
 	}
 }

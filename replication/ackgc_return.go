@@ -44,15 +44,9 @@ const (
 // sent. The ack loop calls it every AckRetryTick; tests call it with
 // their own time. Before Start it does nothing.
 func (j *Jobs) AskReturning(now time.Time) int {
-	tr := j.boundTr.Load()
-	if tr == nil {
+	up := j.peersUp()
+	if up == nil {
 		return 0
-	}
-	up := map[string]bool{}
-	for _, id := range j.reachableIDs() {
-		if (*tr).Connected(id) {
-			up[id] = true
-		}
 	}
 	var back []string
 	j.mu.Lock()
@@ -80,6 +74,24 @@ func (j *Jobs) AskReturning(now time.Time) int {
 		})
 	}
 	return sent
+}
+
+// peersUp returns the peers up now: reachable in membership (leaving ones
+// too: they still hold copies and take pause states) with their bus link
+// connected; nil before Start. AskReturning and syncPauses (jobs_pause.go)
+// each compare it with what their last call saw.
+func (j *Jobs) peersUp() map[string]bool {
+	tr := j.boundTr.Load()
+	if tr == nil {
+		return nil
+	}
+	up := map[string]bool{}
+	for _, n := range j.cfg.Peers.Reachable() {
+		if n.ID != j.self() && !n.Myself && (*tr).Connected(n.ID) {
+			up[n.ID] = true
+		}
+	}
+	return up
 }
 
 // askReturned sends peer p the SETACK of every collection waiting on its

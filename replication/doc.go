@@ -360,7 +360,12 @@
 //     that wants an answer) to every holder (every node for an unknown
 //     id) that has not answered, 1 s doubling to 180 s (± 500 ms); a
 //     receiver deletes its copy as for DELJOB and, once durable, answers
-//     GOTACK; once all answered (or were forgotten) the placeholder is
+//     GOTACK. A receiver the FASTDEL counts a holder of (mayhave > 0)
+//     that does not have the job leaves a dummy ack instead, as for
+//     SETACK (Broker.RemoteFastDel): its copy may still be on the way
+//     (a REPLJOB queued on a link being redialled), and queued after the
+//     deletion it would be delivered again; the dummy is collected as a
+//     SETACK's (heldAcked). Once all answered (or were forgotten) the placeholder is
 //     deleted here, with no further message. One FASTDEL and one GOTACK
 //     per holder when none is lost. A restart resumes the placeholder as
 //     an ACKJOB's collection (an acked job on disk). A job already being
@@ -391,7 +396,13 @@
 //     ends with the later by hybrid clock. A local PAUSE or a FLUSHALL
 //     leaves the versions alone: the local state stands until
 //     a newer broadcast. An unversioned PAUSE (an older node) is applied
-//     as before.
+//     as before. The book is bounded (jobs_pause_forget.go): a node that
+//     holds a version tells its origin (PAUSEHAVE); an origin drops an
+//     own unpaused entry a minute old once every known node holds it and
+//     tells them to drop it too (PAUSEFORGET), and answers a copy of an
+//     entry it forgot, sent again by a node that missed that, with
+//     PAUSEFORGET again: the book holds the paused queues, and the
+//     unpaused ones until every known node has heard.
 //   - External replication (jobs_external.go, queue.ExternalCluster):
 //     ReplicateExternal is Replicate with Repl *other* nodes to confirm
 //     and the copies' node list without this node; once confirmed, ENQUEUE

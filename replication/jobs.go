@@ -115,6 +115,9 @@ type Jobs struct {
 	// pauses: the broadcast pause states and their versions
 	// (jobs_pause.go); its own lock, never taken under mu.
 	pauses pauseBook
+	// fastDeleted: the copies FASTDEL deleted here lately
+	// (jobs_fastack.go), guarded by its own mutex.
+	fastDeleted recentIDs
 
 	// givers: the NEEDJOBS being answered, per asker (jobs_federation.go).
 	givers givers
@@ -153,6 +156,10 @@ type JobsStats struct {
 	// ReturnAsks: SETACK messages sent to a node that came back
 	// (AskReturning, ackgc_return.go), counted in SetAcksSent too.
 	ReturnAsks int64
+
+	// GLOBALQLEN (jobs_qlen.go): QUEUELEN requests sent, and the answers
+	// received that counted (in time, from a node asked, once).
+	QueueLensSent, QueueLenAnswersReceived int64
 }
 
 // pendingRepl is one job of a Replicate call.

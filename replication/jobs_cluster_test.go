@@ -51,7 +51,7 @@ func (p staticPeers) Reachable() []NodeInfo {
 // job protocol and its end of the MemNetwork.
 type jobsNode struct {
 	dir    string
-	fs     vfs.FS // the store's, if set (else the OS's)
+	fs     vfs.FS // the store's, if set before it opens (else the OS's; gatedFS holds its AOF fsyncs)
 	id     string
 	st     *storage.Store
 	broker *queue.Broker
@@ -82,9 +82,6 @@ type testCluster struct {
 	// the receiver never sees them, as with a link cut at that moment
 	// (ackgc_held_test.go).
 	lose func(to, from string, m Message) bool
-	// fsFor, if set, is the file system of a node's store (vfs.Default
-	// otherwise); set before the node opens.
-	fsFor func(nd *jobsNode) vfs.FS
 }
 
 func newTestCluster(t *testing.T, n int, ackTick time.Duration) *testCluster {
@@ -116,9 +113,6 @@ func (c *testCluster) open(nd *jobsNode) {
 	t.Helper()
 	opts := storage.TestingOptions()
 	opts.FS, opts.Sync = vfs.Default, wal.SyncAlways
-	if c.fsFor != nil {
-		opts.FS = c.fsFor(nd)
-	}
 	if nd.fs != nil {
 		opts.FS = nd.fs
 	}

@@ -1,6 +1,9 @@
 package replication
 
 import (
+	"sync"
+	"time"
+
 	"github.com/diskque/diskque/storage"
 )
 
@@ -119,17 +122,103 @@ func (j *Jobs) sendFastDels(per map[string][]string, mayhave map[string][]int) i
 	return sent
 }
 
-// delJobs deletes the copies a FASTDEL names, as a DELJOB does (one
-// DELJOB alone; those a link read brings together go through
-// handleCollectRun), and ends their collections here. It returns the
-// broker's error: the FASTDEL is then not answered.
-func (j *Jobs) delJobs(ids []string) error {
-	_, err := j.broker.RemoteDelJob(ids)
+// delJobs deletes the copies a FASTDEL from from names, as a DELJOB does
+// (one DELJOB alone; those a link read brings together go through
+// handleCollectRun), and ends their collections here. An id it names
+// with holders (held[i]: mayhave > 0, so this node is one) that this node
+// does not have leaves a dummy ack (Broker.RemoteFastDel), as SETACK's
+// rule has it: the copy sent here may still be on its way (a REPLJOB
+// held by a link being redialled, a resend), and arriving after the
+// deletion it would be queued, a FASTACKed job delivered again. The
+// dummy is collected as a SETACK's is (heldAcked: its round, after the
+// retry period, asks every node; none knowing the job, it is dropped).
+// A FASTDEL sent again (its GOTACK late or lost) for a copy a FASTDEL
+// deleted here within the last 10 to 20 s (fastDeleted) leaves nothing:
+// that copy's REPLJOB came already. An
+// unknown id sent with mayhave 0 (a FASTACK on a node that never had the
+// job, to every node) leaves nothing, as SETACK's search does. It returns
+// the broker's error: the FASTDEL is then not answered.
+func (j *Jobs) delJobs(from string, ids []string, held []bool) error {
+	now := j.cfg.Now()
+	for i, id := range ids {
+		if held[i] && j.fastDeleted.has(id, now) {
+			// A FASTDEL again (its GOTACK late or lost) for a copy a
+			// FASTDEL deleted here: its REPLJOB came long ago.
+			held[i] = false
+		}
+	}
+	dummies, err := j.broker.RemoteFastDel(ids, held)
 	if err != nil {
 		j.log.Warn("replication: FASTDEL", "jobs", len(ids), "err", err)
 	}
-	j.endCollections(ids)
+	ended := ids
+	if len(dummies) > 0 {
+		dummy := make(map[string]bool, len(dummies))
+		for _, id := range dummies {
+			dummy[id] = true
+		}
+		ended = make([]string, 0, len(ids))
+		for _, id := range ids {
+			if !dummy[id] {
+				ended = append(ended, id)
+			}
+		}
+	}
+	j.endCollections(ended)
+	j.heldAcked(from, nil, dummies, now)
+	if err == nil {
+		j.fastDeleted.add(ended, now)
+	}
 	return err
+}
+
+// recentIDs is a bounded set of the ids added within the last
+// recentIDsSpan to 2×recentIDsSpan: two generations, the older dropped
+// whole. Past maxRecentIDs in a generation, ids are no longer added (a
+// FASTDEL sent again for one then leaves a dummy ack, collected as any).
+type recentIDs struct {
+	mu        sync.Mutex
+	cur, prev map[string]struct{}
+	since     time.Time // when cur began
+}
+
+const (
+	// recentIDsSpan covers a FASTDEL's first resends (1 s, 2 s, 4 s … ±
+	// 500 ms): one whose answer is later than that leaves a dummy ack.
+	recentIDsSpan = 10 * time.Second
+	maxRecentIDs  = 1 << 17
+)
+
+func (r *recentIDs) rotateLocked(now time.Time) {
+	switch d := now.Sub(r.since); {
+	case r.cur == nil || d >= 2*recentIDsSpan:
+		r.cur, r.prev, r.since = map[string]struct{}{}, nil, now
+	case d >= recentIDsSpan:
+		r.cur, r.prev, r.since = map[string]struct{}{}, r.cur, now
+	}
+}
+
+func (r *recentIDs) add(ids []string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rotateLocked(now)
+	for _, id := range ids {
+		if len(r.cur) >= maxRecentIDs {
+			return
+		}
+		r.cur[id] = struct{}{}
+	}
+}
+
+func (r *recentIDs) has(id string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rotateLocked(now)
+	_, in := r.cur[id]
+	if !in {
+		_, in = r.prev[id]
+	}
+	return in
 }
 
 // fastDelJobs handles FASTDEL: the copies are deleted as by DELJOB
@@ -146,6 +235,7 @@ func (j *Jobs) delJobs(ids []string) error {
 // active, requeued at its RETRY and delivered again.
 func (j *Jobs) fastDelJobs(from string, ids []string, mayhave []int) {
 	var del, more []string
+	var held []bool // per del: the sender counts this node a holder
 	for i, id := range ids {
 		if mayhave[i] > 0 {
 			if job, err := j.broker.Store().Job(id); err == nil && job.State != storage.StateAcked && len(job.Nodes) > mayhave[i] {
@@ -153,7 +243,7 @@ func (j *Jobs) fastDelJobs(from string, ids []string, mayhave []int) {
 				continue
 			}
 		}
-		del = append(del, id)
+		del, held = append(del, id), append(held, mayhave[i] > 0)
 	}
 	var answer []string
 	if len(more) > 0 {
@@ -174,13 +264,13 @@ func (j *Jobs) fastDelJobs(from string, ids []string, mayhave []int) {
 				if taken[id] {
 					answer = append(answer, id)
 				} else {
-					del = append(del, id)
+					del, held = append(del, id), append(held, true)
 				}
 			}
 			j.fastAcked(acked, unknown, from)
 		}
 	}
-	if len(del) > 0 && j.delJobs(del) == nil {
+	if len(del) > 0 && j.delJobs(from, del, held) == nil {
 		answer = append(answer, del...)
 	}
 	if len(answer) > 0 {

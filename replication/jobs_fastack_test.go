@@ -42,7 +42,11 @@ func TestFastAckLostDelJobIsRetried(t *testing.T) {
 	if n, err := origin.broker.FastAck([]string{res.ID}); err != nil || n != 1 {
 		t.Fatalf("FastAck: %d, %v", n, err)
 	}
-	eventually(t, "the reachable holder's copy deleted", func() bool { return holder.state(t, res.ID) == "" })
+	// The holder's answer handled (its copy is gone before its GOTACK
+	// goes, once the delete is durable): the retry is for the victim.
+	eventually(t, "the reachable holder's copy deleted and its answer in", func() bool {
+		return holder.state(t, res.ID) == "" && origin.jobs.Stats().GotAcksReceived > 0
+	})
 	eventually(t, "the deletion to the victim lost", func() bool { return lost.Load() > 0 })
 	if got := victim.state(t, res.ID); got != "active" {
 		t.Fatalf("victim: %q, want its copy (the deletion was lost)", got)

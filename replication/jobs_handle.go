@@ -53,6 +53,18 @@ func (j *Jobs) Handle(from string, m Message) {
 		if err = e; err == nil {
 			j.pause(from, name, v, versioned)
 		}
+	case MsgPauseHave, MsgPauseForget:
+		name, v, versioned, e := decodePauseVersion(m.Payload)
+		switch {
+		case e != nil:
+			err = e
+		case !versioned:
+			err = errUnversionedPause
+		case m.Type == MsgPauseHave:
+			j.pauseHave(from, name, v)
+		default:
+			j.pauseForget(name, v)
+		}
 	case MsgEnqueue:
 		err = j.handleEnqueue(from, m.Payload)
 	case MsgNeedJobs:

@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,76 +9,6 @@ import (
 	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/storage"
 )
-
-// syncGate holds every Sync of the files of a gatedFS while it is shut,
-// as a slow disk holds an fsync.
-type syncGate struct {
-	mu   sync.Mutex
-	shut chan struct{} // nil: open
-	held atomic.Int64  // Syncs that waited at the gate
-}
-
-func (g *syncGate) close() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.shut == nil {
-		g.shut = make(chan struct{})
-	}
-}
-
-func (g *syncGate) open() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.shut != nil {
-		close(g.shut)
-		g.shut = nil
-	}
-}
-
-func (g *syncGate) wait() {
-	g.mu.Lock()
-	ch := g.shut
-	g.mu.Unlock()
-	if ch != nil {
-		g.held.Add(1)
-		<-ch
-	}
-}
-
-// gatedFS is the OS filesystem with Syncs held by a gate.
-type gatedFS struct {
-	vfs.FS
-	g *syncGate
-}
-
-type syncGatedFile struct {
-	vfs.File
-	g *syncGate
-}
-
-func (f syncGatedFile) Sync() error {
-	f.g.wait()
-	return f.File.Sync()
-}
-
-func (fs gatedFS) wrap(f vfs.File, err error) (vfs.File, error) {
-	if err != nil {
-		return nil, err
-	}
-	return syncGatedFile{f, fs.g}, nil
-}
-
-func (fs gatedFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	return fs.wrap(fs.FS.Create(name, c))
-}
-
-func (fs gatedFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
-	return fs.wrap(fs.FS.OpenReadWrite(name, c, opts...))
-}
-
-func (fs gatedFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	return fs.wrap(fs.FS.ReuseForWrite(oldname, newname, c))
-}
 
 // TestInboxNeedJobsNotBehindADurableWait: a NEEDJOBS that arrives while
 // the sender's last message (a SETACK) waits for its fsync is answered at

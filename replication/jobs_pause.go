@@ -22,9 +22,9 @@ import (
 // version, a hybrid timestamp (ms << 16 | a counter, never below a
 // version seen: pauseClock) and the id of the node whose PAUSE … BCAST set
 // it; every node keeps, per queue whose state a broadcast set (and those
-// only: the book is as large as the queues an operator broadcast), the
-// newest version it knows (pauseBook). A receiver applies a state only if
-// it is newer (version, then origin id, so two broadcasts of one
+// only; an unpaused queue's only until every known node holds it:
+// jobs_pause_forget.go), the newest version it knows (pauseBook). A
+// receiver applies a state only if it is newer (version, then origin id, so two broadcasts of one
 // millisecond have an order too): last writer wins, on every node alike,
 // whatever order the messages arrive in. So of two concurrent,
 // conflicting PAUSE … BCASTs, the later by hybrid clock (the larger
@@ -46,6 +46,9 @@ import (
 //
 // A PAUSE from a node that sends no version (an older one) is applied as
 // before and leaves the book alone.
+//
+// The book is bounded: an unpaused queue's entry goes once every known
+// node holds it (jobs_pause_forget.go).
 
 // PausesFileName is the pause book's file in the data directory.
 const PausesFileName = "pauses.dq"
@@ -75,6 +78,11 @@ type pauseBook struct {
 	// linked: the nodes reachable with their link up at the last
 	// syncPauses, nil while the book is empty.
 	linked map[string]bool
+	// has: for the entries this node is the origin of, the nodes known to
+	// hold that version; forgotMax: the newest own version forgotten
+	// (jobs_pause_forget.go). In memory only.
+	has       map[string]map[string]bool
+	forgotMax uint64
 }
 
 // next returns a new version, after every one made or seen.
@@ -107,6 +115,7 @@ func (j *Jobs) Paused(name string, p storage.PauseState) {
 	}
 	v := pauseVersion{State: p, Ver: pb.next(j.cfg.Now()), Origin: j.self()}
 	pb.states[name] = v
+	delete(pb.has, name) // nobody has heard of v yet
 	j.savePausesLocked()
 	pb.mu.Unlock()
 	msg := encodePauseVersion(name, v)
@@ -129,18 +138,37 @@ func (j *Jobs) pause(from, name string, v pauseVersion, versioned bool) {
 	}
 	pb := &j.pauses
 	pb.mu.Lock()
-	defer pb.mu.Unlock()
 	pb.last = max(pb.last, v.Ver)
-	if cur, ok := pb.states[name]; ok && !v.newer(cur) {
-		return // known already, or older than what we have
+	cur, ok := pb.states[name]
+	if ok && !v.newer(cur) {
+		// Known already (its origin hears that this node holds it), or
+		// older than what we have.
+		j.pauseHeardLocked(from, name, v)
+		pb.mu.Unlock()
+		if cur == v {
+			j.tellOrigin(name, v)
+		}
+		return
+	}
+	if !ok && j.pauseHeardLocked(from, name, v) {
+		// An own unpaused state this node forgot once every node held
+		// it: the sender missed the PAUSEFORGET.
+		pb.mu.Unlock()
+		j.send(from, MsgPauseForget, encodePauseVersion(name, v))
+		return
 	}
 	if err := j.broker.RemotePause(name, v.State); err != nil {
 		// Not recorded: the state comes again at the next reconnection.
+		pb.mu.Unlock()
 		j.log.Warn("replication: PAUSE", "from", from, "queue", name, "err", err)
 		return
 	}
 	pb.states[name] = v
+	delete(pb.has, name)
+	j.pauseHeardLocked(from, name, v) // an own state coming back: from has it
 	j.savePausesLocked()
+	pb.mu.Unlock()
+	j.tellOrigin(name, v)
 }
 
 // syncPauses sends every broadcast state in the book to each node that is
@@ -148,8 +176,7 @@ func (j *Jobs) pause(from, name string, v pauseVersion, versioned bool) {
 // ack-retry loop calls it each tick; tests call it). It returns how many
 // PAUSE messages it sent.
 func (j *Jobs) syncPauses() int {
-	tr := j.boundTr.Load()
-	if tr == nil {
+	if j.boundTr.Load() == nil {
 		return 0
 	}
 	pb := &j.pauses
@@ -161,15 +188,11 @@ func (j *Jobs) syncPauses() int {
 	}
 	prev := pb.linked
 	pb.mu.Unlock()
-	now := map[string]bool{}
+	now := j.peersUp()
 	var fresh []string
-	for _, n := range j.cfg.Peers.Reachable() {
-		if n.ID == j.self() || !(*tr).Connected(n.ID) {
-			continue
-		}
-		now[n.ID] = true
-		if !prev[n.ID] {
-			fresh = append(fresh, n.ID)
+	for id := range now {
+		if !prev[id] {
+			fresh = append(fresh, id)
 		}
 	}
 	pb.mu.Lock()
@@ -290,7 +313,7 @@ func decodePauses(b []byte) (map[string]pauseVersion, error) {
 // loadPauses reads the book's file into pb (before Start).
 func (j *Jobs) loadPauses() {
 	pb := &j.pauses
-	pb.states = map[string]pauseVersion{}
+	pb.states, pb.has = map[string]pauseVersion{}, map[string]map[string]bool{}
 	if pb.file == "" {
 		return
 	}

@@ -92,6 +92,7 @@ func (j *Jobs) PeersQueueLen(name string, timeout time.Duration) QueueLenResult 
 	for _, n := range nodes {
 		j.send(n, MsgQueueLen, payload)
 	}
+	j.count(func(s *JobsStats) { s.QueueLensSent += int64(len(nodes)) })
 	timer := time.NewTimer(timeout)
 	select {
 	case <-ask.done:
@@ -113,16 +114,9 @@ func (j *Jobs) PeersQueueLen(name string, timeout time.Duration) QueueLenResult 
 // queueLenNodes are the nodes a GLOBALQLEN asks: the other nodes neither
 // suspected nor failed (leaving ones too) whose bus link is up.
 func (j *Jobs) queueLenNodes() []string {
-	tr := j.boundTr.Load()
-	if tr == nil {
-		return nil
-	}
-	self := j.self()
 	var ids []string
-	for _, n := range j.cfg.Peers.Reachable() {
-		if n.ID != self && !n.Myself && (*tr).Connected(n.ID) {
-			ids = append(ids, n.ID)
-		}
+	for id := range j.peersUp() {
+		ids = append(ids, id)
 	}
 	return ids
 }
@@ -154,6 +148,7 @@ func (j *Jobs) handleQueueLenAnswer(from string, p []byte) error {
 	delete(ask.waiting, from)
 	ask.res.Sum += n
 	ask.res.Answered++
+	j.stats.QueueLenAnswersReceived++
 	if len(ask.waiting) == 0 {
 		close(ask.done)
 	}

@@ -58,6 +58,10 @@ func TestPeersQueueLenSumsTheOtherNodes(t *testing.T) {
 	if s := c.nodes[0].jobs.qlenPending(); s != 0 {
 		t.Fatalf("%d asks left pending", s)
 	}
+	// INFO's counters: node 0 asked 3 + 2 nodes, all answered in time.
+	if s := c.nodes[0].jobs.Stats(); s.QueueLensSent != 5 || s.QueueLenAnswersReceived != 5 {
+		t.Fatalf("node 0 counts %d QUEUELENs sent and %d answers, want 5 and 5", s.QueueLensSent, s.QueueLenAnswersReceived)
+	}
 }
 
 // TestPeersQueueLenTimeout: a node that is asked but never answers (its

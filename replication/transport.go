@@ -28,6 +28,9 @@ const (
 	// others: the type byte is all an older node needs to ignore them.
 	MsgQueueLen       MsgType = 40 // how many jobs of this queue are queued here?
 	MsgQueueLenAnswer MsgType = 41 // the answer to one MsgQueueLen
+	// The pause book's bound (jobs_pause_forget.go), numbered apart too.
+	MsgPauseHave   MsgType = 48 // I hold this version of a queue's broadcast pause state
+	MsgPauseForget MsgType = 49 // every node holds it: drop it if it is still yours
 )
 
 // Message is one bus message: a type and an opaque payload (codec.go

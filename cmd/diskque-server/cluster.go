@@ -168,6 +168,8 @@ func (c clusterControl) InfoLines() []string {
 		kv("cluster_pauses_sent", s.PausesSent),
 		kv("cluster_enqueues_sent", s.EnqueuesSent),
 		kv("cluster_enqueues_received", s.EnqueuesReceived),
+		kv("cluster_queuelens_sent", s.QueueLensSent),
+		kv("cluster_queuelen_answers_received", s.QueueLenAnswersReceived),
 		kv("cluster_bad_payloads", s.BadPayloads),
 		kv("cluster_copies_refused", s.CopiesRefused),
 	}

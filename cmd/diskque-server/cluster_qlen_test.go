@@ -31,6 +31,15 @@ func TestClusterProcessesGlobalQLen(t *testing.T) {
 			t.Fatalf("GLOBALQLEN gq on node %d = %d, want 6", i, got)
 		}
 	}
+	// INFO cluster counts the requests as the other bus requests: each
+	// node asked the 2 others once, and both answered.
+	for i := range pc.clients {
+		in := info(t, pc.clients[i], "cluster")
+		if in["cluster_queuelens_sent"] != "2" || in["cluster_queuelen_answers_received"] != "2" {
+			t.Fatalf("INFO cluster on node %d: queuelens_sent %q, queuelen_answers_received %q, want 2 and 2",
+				i, in["cluster_queuelens_sent"], in["cluster_queuelen_answers_received"])
+		}
+	}
 
 	id := addJob(t, pc.clients[0], "gq", "random", "REPLICATE", 2, "QUEUE-RANDOMLY")
 	if got := doInt(t, pc.clients[0], "QLEN", "gq"); got != 1 {
