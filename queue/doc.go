@@ -49,7 +49,15 @@
 // Every change is applied to the store (storage.Store.Apply) and to the
 // heads, waiters and wheel under Broker.mu, so they never disagree with the
 // index; the wait for durability (storage.Pending.Wait) happens after mu is
-// released, and no result is returned before it. The wheel holds a job's
+// released, and no result is returned before it — but for a GETJOB's
+// deliveries of at-least-once jobs whose bodies were read already: their
+// records are queued for the AOF and the jobs returned without waiting
+// (finishReply; Disque logs no delivery at all). A crash before the record
+// is written leaves such a job queued at the restart, to be delivered once
+// more, which at-least-once allows; any later record of the job (ACKJOB,
+// NACK, WORKING, a requeue) is applied after the delivery, so it follows it
+// in the AOF and its wait covers the delivery's. An at-most-once job's
+// delivery is fsynced before its GETJOB returns. The wheel holds a job's
 // current events only (every change replaces them), so a timer event that
 // fires is current. A batch with two ops of one job (a clustered requeue or
 // ENQUEUE and its counter bump) sets the job's events once, from the last
