@@ -49,7 +49,15 @@
 // Every change is applied to the store (storage.Store.Apply) and to the
 // heads, waiters and wheel under Broker.mu, so they never disagree with the
 // index; the wait for durability (storage.Pending.Wait) happens after mu is
-// released, and no result is returned before it. A command that writes
+// released, and no result is returned before it — but for a GETJOB's
+// deliveries of at-least-once jobs whose bodies were read already: their
+// records are queued for the AOF and the jobs returned without waiting
+// (finishReply; Disque logs no delivery at all). A crash before the record
+// is written leaves such a job queued at the restart, to be delivered once
+// more, which at-least-once allows; any later record of the job (ACKJOB,
+// NACK, WORKING, a requeue) is applied after the delivery, so it follows it
+// in the AOF and its wait covers the delivery's. An at-most-once job's
+// delivery is fsynced before its GETJOB returns. A command that writes
 // nothing because it found its jobs unknown or in the state it would give
 // them (a second ACKJOB of a job whose first ACKJOB's fsync still runs)
 // waits too, for everything applied before it (Store.AppliedPending): its

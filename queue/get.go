@@ -129,9 +129,10 @@ type take struct {
 // from the queues, taken left to right, one per queue per pass (SPEC.md
 // GETJOB). Queues paused for output are skipped. With nothing queued it
 // returns nil at once under NoHang, or blocks until a job is queued (and
-// is then served that one job), Timeout passes or ctx ends. Each job's
-// delivery is durable per the fsync policy before GetJobs returns it
-// (fsynced, for at-most-once jobs). A job whose body cannot be read is not
+// is then served that one job), Timeout passes or ctx ends. An
+// at-most-once job's delivery is fsynced before GetJobs returns it; an
+// at-least-once job's is applied and its record queued for the AOF, not
+// waited for (finishReply). A job whose body cannot be read is not
 // delivered (see deliverLocked). Jobs are delivered getChunk at a time,
 // each chunk under its own hold of Broker.mu.
 func (b *Broker) GetJobs(ctx context.Context, req GetRequest) ([]Delivered, error) {
@@ -166,7 +167,7 @@ again:
 			return nil, ErrLeaving // Disque's -LEAVING: do not block here
 		}
 		b.deliverMore(&got, req.Queues, count, nextChunk(first.count, len(got.out), hold, b.getChunk))
-		return b.finish(got)
+		return b.finishReply(got)
 	}
 	if req.OnBlock != nil {
 		// Before the waiter is registered: OnBlock may wait (the server
@@ -309,7 +310,29 @@ func (b *Broker) finishWaiter(r waiterResult) ([]Delivered, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	return b.finish(r.got)
+	return b.finishReply(r.got)
+}
+
+// finishReply is finish for a consumer's GETJOB. Deliveries of
+// at-least-once jobs whose bodies were read already are returned at once,
+// their records queued for the AOF but not waited for: Disque logs no
+// delivery at all, and a delivery lost to a crash only queues its job
+// again at the restart (its retry counts from then), to be delivered once
+// more, which at-least-once allows. Every later record of such a job (its
+// ACKJOB, NACK, WORKING, a requeue) is applied after the delivery and so
+// follows it in the AOF, and whoever waits for that record's durability
+// waits for the delivery's too. An at-most-once job's delivery is fsynced
+// before the reply, as finish does (a crash must never deliver it twice),
+// and a delivery with bodies still to read (their ADD not written yet)
+// waits as well.
+func (b *Broker) finishReply(d delivery) ([]Delivered, error) {
+	if len(d.out) == 0 || len(d.late) > 0 || d.pending.AtMostOnce() {
+		return b.finish(d)
+	}
+	if err := d.pending.Err(); err != nil {
+		return nil, wrapStore(err)
+	}
+	return d.out, nil
 }
 
 // finish waits for the deliveries' durability and reads the bodies that

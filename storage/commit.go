@@ -78,7 +78,11 @@ func (s *Store) Commit(b *Batch) []Result {
 // Pending.Wait waits for their durability. A caller that keeps its own
 // state next to the store's (the broker's queue heads) applies and updates
 // that state under its own lock, then waits outside it; it must not tell a
-// client an operation succeeded before Wait returned nil.
+// client an operation succeeded before Wait returned nil — unless losing it
+// to a crash is allowed (the broker answers a GETJOB of at-least-once jobs
+// without waiting: a lost delivery only queues the job again). Operations
+// are logged in the order they are applied, so a later operation's Wait
+// covers every earlier one.
 func (s *Store) Apply(b *Batch) ([]Result, Pending) {
 	res := make([]Result, len(b.ops))
 	p := s.apply(b.ops, res)
@@ -113,6 +117,14 @@ func (p Pending) Wait() error {
 	}
 	return nil
 }
+
+// AtMostOnce says whether an at-most-once delivery is among the
+// operations: Wait then fsyncs them whatever the policy.
+func (p Pending) AtMostOnce() bool { return p.sync }
+
+// Err is the error Wait would return at once (the store was unusable when
+// the operations were applied), without waiting for anything.
+func (p Pending) Err() error { return p.err }
 
 // AppliedPending is the durability of every operation applied so far: a
 // caller that finds what it needs applied already (by another caller that

@@ -116,6 +116,10 @@
 // Append hands records to a single writer goroutine. Concurrent appends
 // coalesce: the writer takes everything queued, issues one write per segment
 // touched and, under SyncAlways, one fsync for all of them (group commit).
+// Woken by a record, the writer first yields (runtime.Gosched) so that the
+// goroutines already runnable queue theirs before it takes them: clients at
+// pipeline 1 whose commands arrived together share one write instead of
+// one each.
 // Append returns once its records are written (SyncEverySec, SyncNever) or
 // written and fsynced (SyncAlways). SyncEverySec fsyncs once a second, from
 // its own goroutine through its own handle on the segment, so appends go on

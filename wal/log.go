@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -582,6 +583,12 @@ func (l *Log) writeLoop() {
 			l.flushPending()
 			return
 		}
+		// Kicked by the first record of a burst: let the goroutines
+		// already runnable (clients whose commands arrived with it) queue
+		// theirs first, so that one write takes them all — as Disque's
+		// event loop writes its AOF once per pass over its ready clients.
+		// With nothing else runnable this returns at once.
+		runtime.Gosched()
 		l.flushPending()
 	}
 }

@@ -72,12 +72,13 @@ for w in ${WORKLOADS:-add1 getack1 add16}; do
         bin=$old; [ $b = new ] && bin=$new
         start "$bin" $mode || continue
         declare -F prep_$w >/dev/null && prep_$w
+        cp=
         if [ -n "${PROF:-}" ]; then
           curl -s -o "$PROF/$w-$mode-$b-$r.prof" "http://127.0.0.1:$((p+1))/debug/pprof/profile?seconds=5" &
           cp=$!
         fi
-        cp=; c0=$(cpu); o=$(w_$w); c1=$(cpu)
-        [ -n "${PROF:-}" ] && wait $cp
+        c0=$(cpu); o=$(w_$w); c1=$(cpu)
+        [ -n "$cp" ] && wait $cp # not a bare wait: that would wait for the server too
         echo "$o" >>"$work/$b.ops"
         awk -v a=$c0 -v b=$c1 -v n=$(ops_$w) 'BEGIN{printf "%.1f\n", (b-a)*10000/n}' >>"$work/$b.cpu"
         stop

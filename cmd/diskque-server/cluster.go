@@ -90,6 +90,16 @@ func (b *clusterBus) Nodes() []replication.NodeInfo {
 	return nil
 }
 
+// NodeCount is len(Nodes()) without building the list: the job protocol
+// reads it for every ADDJOB without REPLICATE (its default) and every
+// ACKJOB (Clustered), on a lone node too.
+func (b *clusterBus) NodeCount() int {
+	if m := b.member.Load(); m != nil {
+		return m.NodeCount()
+	}
+	return 0
+}
+
 // Reachable implements replication.Peers.
 func (b *clusterBus) Reachable() []replication.NodeInfo {
 	if m := b.member.Load(); m != nil {

@@ -125,8 +125,10 @@ func TestCrashRecovery(t *testing.T) {
 func body(p, seq int) string { return fmt.Sprintf("p%d-%06d", p, seq) }
 
 // TestCrashEverysec: with appendfsync everysec a process crash loses
-// nothing either (the OS has every write): acknowledged adds and deliveries
-// survive a SIGKILL.
+// nothing either (the OS has every write): acknowledged adds survive a
+// SIGKILL, and so do deliveries followed by acknowledged writes (their
+// records come first in the AOF; a GETJOB of at-least-once jobs does not
+// wait for its own: TestCrashRightAfterGetJob).
 func TestCrashEverysec(t *testing.T) {
 	s := startServer(t, "--appendfsync", "everysec")
 	c := s.client(t)
@@ -281,4 +283,54 @@ func checkSurvivors(t *testing.T, c *redis.Client, queue string, acked [][]strin
 		}
 	}
 	t.Logf("%d acknowledged jobs survived in order; %d unacknowledged adds survived too", n, extra)
+}
+
+// TestCrashRightAfterGetJob: a GETJOB of an at-least-once job replies
+// without waiting for its delivery's record (queue finishReply), an
+// at-most-once job's GETJOB only once that record is fsynced. A SIGKILL
+// right after each reply, under either fsync policy: the at-most-once job
+// is never delivered again, and the at-least-once job is not lost — queued
+// again (its delivery record did not make it) or in flight, it is delivered
+// once more.
+func TestCrashRightAfterGetJob(t *testing.T) {
+	for _, mode := range []string{"everysec", "always"} {
+		t.Run(mode, func(t *testing.T) {
+			s := startServer(t, "--appendfsync", mode)
+			c := s.client(t)
+			once := addJob(t, c, "cg-amo", "once", "RETRY", 0)
+			alo := addJob(t, c, "cg-alo", "again", "RETRY", 1)
+			if got := getJobs(t, c, "NOHANG", "FROM", "cg-amo"); len(got) != 1 || got[0].ID != once {
+				t.Fatalf("GETJOB cg-amo = %v", got)
+			}
+			if got := getJobs(t, c, "NOHANG", "FROM", "cg-alo"); len(got) != 1 || got[0].ID != alo {
+				t.Fatalf("GETJOB cg-alo = %v", got)
+			}
+			s.Kill()
+
+			s.Start()
+			c = s.client(t)
+			if m := show(t, c, once); m == nil || m["state"] != "active" {
+				t.Errorf("at-most-once job after the crash: %v, want active", m)
+			}
+			if n := doInt(t, c, "QLEN", "cg-amo"); n != 0 {
+				t.Errorf("at-most-once job queued again after the crash: QLEN %d", n)
+			}
+			m := show(t, c, alo)
+			if m == nil || m["state"] != "active" && m["state"] != "queued" {
+				t.Fatalf("at-least-once job after the crash: %v, want active or queued", m)
+			}
+			t.Logf("at-least-once job after the crash: %v", m["state"])
+			var got []job
+			waitUntil(t, 10*time.Second, "the at-least-once job delivered again", func() bool {
+				got = getJobs(t, c, "NOHANG", "FROM", "cg-alo")
+				return len(got) > 0
+			})
+			if len(got) != 1 || got[0].ID != alo || got[0].Body != "again" {
+				t.Fatalf("GETJOB cg-alo after the crash = %v", got)
+			}
+			if got := getJobs(t, c, "NOHANG", "FROM", "cg-amo"); len(got) != 0 {
+				t.Fatalf("GETJOB cg-amo after the crash = %v, want nothing", got)
+			}
+		})
+	}
 }
