@@ -51,6 +51,7 @@ func (j *Jobs) Acked(jobs []*storage.Job) {
 	}
 	j.mu.Unlock()
 	if len(alone) > 0 {
+		j.gone.add(alone) // jobs_gone.go
 		if _, err := j.broker.DelJob(alone); err != nil {
 			j.log.Warn("replication: deleting acked jobs", "jobs", len(alone), "err", err)
 		}
@@ -187,6 +188,7 @@ func (j *Jobs) RetryAcks(now time.Time) int {
 	sent += j.sendFastDels(fast, fastMay)
 	j.sendDelJobs(dels)
 	if b := j.bound.Load(); b != nil && len(done) > 0 {
+		j.gone.add(done) // jobs_gone.go
 		if _, err := b.DelJob(done); err != nil {
 			j.log.Warn("replication: deleting collected jobs", "jobs", len(done), "err", err)
 		}
@@ -303,6 +305,7 @@ func (j *Jobs) gotAcks(from string, ids []string, known []bool) {
 	j.mu.Unlock()
 	j.sendDelJobs(dels)
 	if ids := append(done, dropDummy...); len(ids) > 0 {
+		j.gone.add(ids) // jobs_gone.go
 		// Not waited for: acked here durably, so a delete a crash forgets
 		// leaves a job whose collection resumes, never one queued again.
 		if _, err := j.broker.DeleteCollected(ids); err != nil {

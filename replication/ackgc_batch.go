@@ -120,6 +120,7 @@ func (j *Jobs) handleCollectRun(from string, ms []Message) {
 	var known []bool
 	for _, c := range msgs {
 		if c.del {
+			j.gone.add(c.ids) // jobs_gone.go
 			j.endCollections(c.ids)
 			continue
 		}

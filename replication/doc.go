@@ -298,7 +298,12 @@
 //     Jobs is also a queue.AsyncPlanner: AsyncNodes chooses an ASYNC job's
 //     nodes before the origin stores it, queued with them in one commit,
 //     and SendAsync sends the no-reply REPLJOBs after (marked first as
-//     said under Replicate).
+//     said under Replicate). The job may be consumed, acked and collected
+//     through the other nodes while a REPLJOB waits on a stalled link: a
+//     node remembers the ids it deleted as ended (a DELJOB received, its
+//     own collection's deletes; at most 65,536, in memory) and drops a
+//     late REPLJOB copy of one, which would be a live copy of an acked
+//     job (jobs_gone.go).
 //   - Acked: SETACK to every holder not yet confirmed (a dummy ack: to
 //     every known node), again after 1 s doubling to 180 s (± 500 ms)
 //     until all answered GOTACK; then DELJOB to all and the job is deleted

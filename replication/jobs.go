@@ -126,6 +126,9 @@ type Jobs struct {
 	// inboxes: per sender, the batches HandleBatchQueued queued for its
 	// handler goroutine (jobs_inbox.go; its own lock, not mu).
 	inboxes inboxes
+	// gone: the ids of jobs ended here, which a late REPLJOB must not
+	// bring back (jobs_gone.go).
+	gone goneIDs
 	// upPeers: the peers up (reachable and linked) at the last
 	// AskReturning; askedAt: when each was last asked on its return
 	// (ackgc_return.go).
@@ -147,7 +150,10 @@ type JobsStats struct {
 	EnqueuesSent, EnqueuesReceived int64
 	BadPayloads                    int64 // messages dropped as malformed
 	CopiesRefused                  int64 // REPLJOB copies dropped: RefuseCopies
-	PendingAcks, PendingRepl       int   // now
+	// LateCopiesDropped: REPLJOB copies of jobs that ended here already
+	// (jobs_gone.go).
+	LateCopiesDropped        int64
+	PendingAcks, PendingRepl int // now
 
 	// Federation (jobs_federation.go): NEEDJOBS messages sent, and jobs
 	// moved by YOURJOBS each way.

@@ -82,6 +82,10 @@ type testCluster struct {
 	// the receiver never sees them, as with a link cut at that moment
 	// (ackgc_held_test.go).
 	lose func(to, from string, m Message) bool
+	// hold, if set, is called with every batch before it is delivered
+	// (to, from) and may block: that link's later messages wait behind
+	// it, as on a stalled connection (jobs_async_late_test.go).
+	hold func(to, from string, ms []Message)
 }
 
 func newTestCluster(t *testing.T, n int, ackTick time.Duration) *testCluster {
@@ -145,8 +149,11 @@ func (c *testCluster) open(nd *jobsNode) {
 	handle := nd.jobs.HandleBatchQueued
 	nd.tr = c.net.JoinBatch(nd.id, func(from string, ms []Message) { // as the daemon delivers them
 		c.mu.Lock()
-		lose := c.lose
+		lose, hold := c.lose, c.hold
 		c.mu.Unlock()
+		if hold != nil {
+			hold(id, from, ms)
+		}
 		if lose != nil {
 			ms = slices.DeleteFunc(slices.Clone(ms), func(m Message) bool { return lose(id, from, m) })
 		}

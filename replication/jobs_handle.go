@@ -173,6 +173,14 @@ func (j *Jobs) applyReplJobs(from string, jobs []replJob, heads []replHeader) {
 			return
 		}
 	}
+	jobs, heads, late := j.gone.dropGone(jobs, heads)
+	if late > 0 {
+		j.count(func(s *JobsStats) { s.LateCopiesDropped += int64(late) })
+		j.log.Debug("replication: copies of ended jobs dropped", "from", from, "jobs", late)
+		if len(jobs) == 0 {
+			return
+		}
+	}
 	reps := make([]queue.Replica, len(jobs))
 	for i, r := range jobs {
 		reps[i] = queue.Replica{Job: r.Job, Body: r.Body, First: heads[i].first}
