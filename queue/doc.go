@@ -178,7 +178,8 @@
 // leaves a dummy ack; RemoteSetAckKnown, for a dummy ack's search, leaves
 // nothing), RemoteDelJob (DELJOB) and RemoteFastDel (FASTDEL: a DELJOB
 // that leaves a dummy ack for an unknown at-least-once id the sender
-// counts this node a holder of, as SETACK does) (remote.go); RemoteCollect applies
+// counts this node a holder of, as SETACK does, and keeps a dummy ack it
+// finds) (remote.go); RemoteCollect applies
 // the SETACKs and DELJOBs of one link read as one batch, in order, the
 // durability left to the caller (an ack a later DELJOB of the batch
 // deletes is not written), and DeleteCollected deletes jobs whose
