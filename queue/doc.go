@@ -53,7 +53,9 @@
 // nothing because it found its jobs unknown or in the state it would give
 // them (a second ACKJOB of a job whose first ACKJOB's fsync still runs)
 // waits too, for everything applied before it (Store.AppliedPending): its
-// reply reports that state, which must be durable. The wheel holds a job's
+// reply reports that state, which must be durable; so does RemoteCollect's
+// SETACK of an id not here that leaves no dummy ack (a search's GOTACK
+// "not known"). The wheel holds a job's
 // current events only (every change replaces them), so a timer event that
 // fires is current. A batch with two ops of one job (a clustered requeue or
 // ENQUEUE and its counter bump) sets the job's events once, from the last
