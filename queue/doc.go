@@ -61,7 +61,9 @@
 // nothing because it found its jobs unknown or in the state it would give
 // them (a second ACKJOB of a job whose first ACKJOB's fsync still runs)
 // waits too, for everything applied before it (Store.AppliedPending): its
-// reply reports that state, which must be durable. The wheel holds a job's
+// reply reports that state, which must be durable; so does RemoteCollect's
+// SETACK of an id not here that leaves no dummy ack (a search's GOTACK
+// "not known"). The wheel holds a job's
 // current events only (every change replaces them), so a timer event that
 // fires is current. A batch with two ops of one job (a clustered requeue or
 // ENQUEUE and its counter bump) sets the job's events once, from the last
@@ -186,7 +188,8 @@
 // leaves a dummy ack; RemoteSetAckKnown, for a dummy ack's search, leaves
 // nothing), RemoteDelJob (DELJOB) and RemoteFastDel (FASTDEL: a DELJOB
 // that leaves a dummy ack for an unknown at-least-once id the sender
-// counts this node a holder of, as SETACK does) (remote.go); RemoteCollect applies
+// counts this node a holder of, as SETACK does, and keeps a dummy ack it
+// finds) (remote.go); RemoteCollect applies
 // the SETACKs and DELJOBs of one link read as one batch, in order, the
 // durability left to the caller (an ack a later DELJOB of the batch
 // deletes is not written), and DeleteCollected deletes jobs whose

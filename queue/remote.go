@@ -226,11 +226,15 @@ func (b *Broker) RemoteDelJob(ids []string) (int, error) { return b.DelJob(ids) 
 // does: a REPLJOB of it still on its way must not queue a copy of a job
 // the client acked. The dummies are written in the same hold of the
 // broker's lock as the deletes that found nothing, so no REPLJOB is
-// applied between (its copy would be left beside no dummy). It
-// returns the ids of the dummy acks left (their collection is the
-// caller's), once the batch is durable.
+// applied between (its copy would be left beside no dummy). A dummy ack
+// the deletes find is not a copy: it stands for a REPLJOB maybe still on
+// its way (left by an earlier FASTDEL whose GOTACK was lost, or by a
+// SETACK), and is left again, whatever held says. It returns the ids of
+// the dummy acks left (their collection is the caller's), once the batch
+// is durable.
 func (b *Broker) RemoteFastDel(ids []string, held []bool) (dummies []string, err error) {
 	deleted := make(map[string]bool, len(ids))
+	var dummy map[string]bool // dummy acks the deletes found
 	b.mu.Lock()
 	// The deletes blind, as DELJOB's (the store skips unknown ids); then,
 	// in the same hold of mu (no REPLJOB applied between), the dummy
@@ -239,6 +243,17 @@ func (b *Broker) RemoteFastDel(ids []string, held []bool) (dummies []string, err
 		batch.Delete(id)
 		return nil
 	}, func(old, _ *storage.Job, _ int64) {
+		if old.IsDummyAck() {
+			// Not a copy: a dummy a SETACK or an earlier FASTDEL of
+			// this deletion left (its GOTACK lost, this one is sent
+			// again), which stands for a REPLJOB maybe still on its
+			// way. It is left again below, and its collection kept.
+			if dummy == nil {
+				dummy = map[string]bool{}
+			}
+			dummy[old.ID] = true
+			return
+		}
 		deleted[old.ID] = true
 		if old.State == storage.StateQueued {
 			b.unqueuedLocked(old)
@@ -246,7 +261,7 @@ func (b *Broker) RemoteFastDel(ids []string, held []bool) (dummies []string, err
 	})
 	var miss []string
 	for i, id := range ids {
-		if err == nil && held[i] && !deleted[id] && storage.ValidJobID(id) && !storage.IDAtMostOnce(id) {
+		if err == nil && (held[i] || dummy[id]) && !deleted[id] && storage.ValidJobID(id) && !storage.IDAtMostOnce(id) {
 			miss = append(miss, id)
 		}
 	}

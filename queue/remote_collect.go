@@ -141,6 +141,14 @@ func (b *Broker) RemoteCollect(ops []CollectOp) (res []Collected, durable func()
 			dummyAt = append(dummyAt, i)
 		}
 	}
+	if len(dummyAt) < len(unknown) {
+		// An ack of an id not here that leaves no dummy (a search's, an
+		// at-most-once id's) writes nothing, and its GOTACK "not known"
+		// may report a delete whose fsync still runs (a DELJOB's): it
+		// waits for everything applied before it, as idBatch's does. (A
+		// dummy written waits for that already.)
+		pending = pending.Join(b.st.AppliedPending())
+	}
 	if dummies.Len() > 0 {
 		dres, dpending := b.st.Apply(dummies)
 		pending = pending.Join(dpending)

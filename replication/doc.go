@@ -370,7 +370,9 @@
 //     SETACK (Broker.RemoteFastDel): its copy may still be on the way
 //     (a REPLJOB queued on a link being redialled), and queued after the
 //     deletion it would be delivered again; the dummy is collected as a
-//     SETACK's (heldAcked). Once all answered (or were forgotten) the placeholder is
+//     SETACK's (heldAcked). A dummy ack a FASTDEL finds (left by an
+//     earlier one whose GOTACK was lost, or by a SETACK) stays, for the
+//     same reason. Once all answered (or were forgotten) the placeholder is
 //     deleted here, with no further message. One FASTDEL and one GOTACK
 //     per holder when none is lost. A restart resumes the placeholder as
 //     an ACKJOB's collection (an acked job on disk). A job already being
@@ -406,8 +408,10 @@
 //     own unpaused entry a minute old once every known node holds it and
 //     tells them to drop it too (PAUSEFORGET), and answers a copy of an
 //     entry it forgot, sent again by a node that missed that, with
-//     PAUSEFORGET again: the book holds the paused queues, and the
-//     unpaused ones until every known node has heard.
+//     PAUSEFORGET again (one that finds a paused entry unpauses the queue:
+//     only unpaused states are forgotten, so a newer one was): the book
+//     holds the paused queues, and the unpaused ones until every known
+//     node has heard.
 //   - External replication (jobs_external.go, queue.ExternalCluster):
 //     ReplicateExternal is Replicate with Repl *other* nodes to confirm
 //     and the copies' node list without this node; once confirmed, ENQUEUE

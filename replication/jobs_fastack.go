@@ -132,7 +132,9 @@ func (j *Jobs) sendFastDels(per map[string][]string, mayhave map[string][]int) i
 // deletion it would be queued, a FASTACKed job delivered again. The
 // dummy is collected as a SETACK's is (heldAcked: its round, after the
 // retry period, asks every node; none knowing the job, it is dropped).
-// A FASTDEL sent again (its GOTACK late or lost) for a copy a FASTDEL
+// A dummy ack found here (an earlier FASTDEL's, its GOTACK lost, or a
+// SETACK's) stays and keeps its collection: deleted, the late REPLJOB
+// would queue the copy. A FASTDEL sent again (its GOTACK late or lost) for a copy a FASTDEL
 // deleted here within the last 10 to 20 s (fastDeleted) leaves nothing:
 // that copy's REPLJOB came already. An
 // unknown id sent with mayhave 0 (a FASTACK on a node that never had the

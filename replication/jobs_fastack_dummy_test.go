@@ -121,6 +121,13 @@ func TestFastDelSentAgainLeavesNoDummyWhereTheCopyWasDeleted(t *testing.T) {
 		t.Fatalf("FastAck: %d, %v", n, err)
 	}
 	eventually(t, "the holder's answer lost", func() bool { return lost.Load() > 0 })
+	// The third node's answer in too, or the retry sends it FASTDEL again.
+	eventually(t, "the third node's answer", func() bool {
+		origin.jobs.mu.Lock()
+		defer origin.jobs.mu.Unlock()
+		gc := origin.jobs.acks.get(res.ID)
+		return gc != nil && gc.confirmed[c.nodes[2].id]
+	})
 	next, ok := origin.jobs.NextAckRetry(res.ID)
 	if !ok {
 		t.Fatal("the origin does not retry the deletion")

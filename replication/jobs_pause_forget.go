@@ -37,10 +37,18 @@ import (
 // A node that is down keeps the entries from going (it may hold an older
 // state), as does a known node that never answers (an older diskque, which
 // ignores both message types); a node forgotten (CLUSTER FORGET) whose
-// book comes back later is not waited for. What an origin forgot (forgotMax)
-// is in memory: after its restart a laggard's copy of an entry it forgot is
-// taken again and stays, harmless (state none), until the next forget of
-// that queue.
+// book comes back later is not waited for. Such a node may hold an older
+// paused state: met again, it sends it, the nodes with no entry take it,
+// and the origin (no entry, a newer own version forgotten) answers each
+// PAUSEFORGET, which, finding that paused version, unpauses the queue
+// (only unpaused states are forgotten: a newer one was, and won). What an
+// origin forgot (forgotMax) is in memory: after its restart a laggard's
+// copy of an entry it forgot is taken again and stays until the next
+// forget of that queue — harmless if unpaused, but an older paused state
+// (a forgotten node's, above) is then taken by every node, as is one whose
+// origin never forgot a version that new (a newer state of another origin
+// was forgotten): only a per-queue record of what was forgotten would
+// refuse those.
 
 // errUnversionedPause: a PAUSEHAVE or PAUSEFORGET without a version.
 var errUnversionedPause = errors.New("replication: a pause book message without a version")
@@ -91,12 +99,24 @@ func (j *Jobs) pauseHave(from, name string, v pauseVersion) {
 	}
 }
 
-// pauseForget handles PAUSEFORGET: the entry goes if it is version v.
+// pauseForget handles PAUSEFORGET: the entry goes if it is version v. An
+// origin forgets only unpaused states, so v paused means the answer to an
+// older state sent back (a node forgotten, met again with its older book,
+// or one that took that book from it): a newer, unpaused state was
+// forgotten, and this node, which missed it, takes it now.
 func (j *Jobs) pauseForget(name string, v pauseVersion) {
 	pb := &j.pauses
 	pb.mu.Lock()
 	defer pb.mu.Unlock()
 	if cur, ok := pb.states[name]; ok && cur == v {
+		if v.State != storage.PauseNone {
+			if err := j.broker.RemotePause(name, storage.PauseNone); err != nil {
+				// The entry stays: sent again at a reconnection, it is
+				// answered again.
+				j.log.Warn("replication: PAUSEFORGET", "queue", name, "err", err)
+				return
+			}
+		}
 		delete(pb.states, name)
 		delete(pb.has, name)
 		j.savePausesLocked()
