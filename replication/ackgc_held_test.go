@@ -2,6 +2,7 @@ package replication
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,12 +11,14 @@ import (
 	"github.com/diskque/diskque/storage"
 )
 
-// loseDelJobsTo makes every DELJOB sent to node to lost, and counts them.
-func loseDelJobsTo(c *testCluster, to string) *atomic.Int64 {
+// loseTo makes every message of one of types sent to node to lost, and
+// counts them. The loss is decided on delivery: a message already on its
+// way when the filter is replaced meets the new filter.
+func loseTo(c *testCluster, to string, types ...MsgType) *atomic.Int64 {
 	var lost atomic.Int64
 	c.mu.Lock()
 	c.lose = func(dst, _ string, m Message) bool {
-		if dst == to && m.Type == MsgDelJob {
+		if dst == to && slices.Contains(types, m.Type) {
 			lost.Add(1)
 			return true
 		}
@@ -65,7 +68,7 @@ func TestLostDelJobHolderCollectsItsAckedCopy(t *testing.T) {
 	if res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	lost := loseDelJobsTo(c, victim.id)
+	lost := loseTo(c, victim.id, MsgDelJob)
 	acked := time.Now()
 	if _, err := origin.broker.Ack([]string{res.ID}); err != nil {
 		t.Fatal(err)
@@ -98,16 +101,7 @@ func TestDummyAckLeftBySetAckIsCollected(t *testing.T) {
 	// the test goes on only once the victim's was dropped, or it could
 	// arrive after the filter below replaced this one (CI saw the victim
 	// hold an acked copy with its body instead of the dummy ack).
-	var lostRepl atomic.Int64
-	c.mu.Lock()
-	c.lose = func(dst, _ string, m Message) bool {
-		if dst == victim.id && m.Type == MsgReplJob {
-			lostRepl.Add(1)
-			return true
-		}
-		return false
-	}
-	c.mu.Unlock()
+	lostRepl := loseTo(c, victim.id, MsgReplJob)
 	res := addJob(t, origin, queue.AddRequest{Replicate: 3, Async: true})
 	if res.Err != nil {
 		t.Fatal(res.Err)
@@ -120,7 +114,7 @@ func TestDummyAckLeftBySetAckIsCollected(t *testing.T) {
 	if got := victim.state(t, res.ID); got != "" {
 		t.Fatalf("the victim has the job (%q): its REPLJOB was to be lost", got)
 	}
-	lost := loseDelJobsTo(c, victim.id)
+	lost := loseTo(c, victim.id, MsgDelJob)
 	acked := time.Now()
 	if _, err := origin.broker.Ack([]string{res.ID}); err != nil {
 		t.Fatal(err)
