@@ -22,7 +22,9 @@ import "time"
 //     needs no extra message;
 //   - at most once per returnGap per peer, so a flapping link costs at
 //     most one extra SETACK per collection and peer per returnGap, far
-//     below the 1 s rounds of a fresh collection.
+//     below the 1 s rounds of a fresh collection; a look that found
+//     nothing to send (a peer first seen as the cluster forms) does not
+//     count.
 //
 // The GOTACK it brings is handled as any other (gotAcks): a collection
 // whose last missing answer it was finishes then.
@@ -57,7 +59,6 @@ func (j *Jobs) AskReturning(now time.Time) int {
 		if !j.upPeers[id] {
 			if last, ok := j.askedAt[id]; !ok || now.Sub(last) >= returnGap {
 				back = append(back, id)
-				j.askedAt[id] = now
 			}
 		}
 	}
@@ -65,7 +66,16 @@ func (j *Jobs) AskReturning(now time.Time) int {
 	j.mu.Unlock()
 	sent := 0
 	for _, p := range back {
-		sent += j.askReturned(p, now)
+		// Only an ask that sent something counts for the gap: the first
+		// sighting of a peer, as the cluster forms, owes it nothing, and
+		// counting it made a heal within returnGap of it wait for the
+		// collections' next round.
+		if n := j.askReturned(p, now); n > 0 {
+			sent += n
+			j.mu.Lock()
+			j.askedAt[p] = now
+			j.mu.Unlock()
+		}
 	}
 	if sent > 0 {
 		j.count(func(s *JobsStats) {

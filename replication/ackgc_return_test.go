@@ -119,3 +119,49 @@ func TestReturningNodeAskBounded(t *testing.T) {
 	}
 	noTrace(t, c, id)
 }
+
+// TestReturningNodeAskedSoonAfterItWasFirstSeen: the ask's rate limit
+// (returnGap, 10 s) counts asks that sent something. The first sighting
+// of a peer, when the cluster forms, asks nothing; when it counted, a
+// partition healed within 10 s of it left the returning nodes to the
+// collection's next round (CI: TestClusterPartitionAckAskedOnHeal, whose
+// heal came 8.9 s after the nodes started, waited 6 s for it).
+func TestReturningNodeAskedSoonAfterItWasFirstSeen(t *testing.T) {
+	clk := newManualClock()
+	c := newTestClusterClock(t, 3, -1, clk.Now)
+	origin := c.nodes[0]
+	res := addJob(t, origin, queue.AddRequest{Replicate: 3, Timeout: 5000})
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	seen := clk.Now()
+	origin.jobs.AskReturning(seen) // every peer up: the first sighting
+	c.net.Cut(origin.id, c.nodes[1].id)
+	c.net.Cut(origin.id, c.nodes[2].id)
+	if _, err := origin.broker.Ack([]string{res.ID}); err != nil {
+		t.Fatal(err)
+	}
+	// Two more rounds (1 s and 3 s after the ACKJOB, ± 0.5 s): the next
+	// is then 4 s ± 0.5 s away, and the heal well within returnGap of
+	// the first sighting.
+	for rounds := 0; rounds < 2; {
+		now := clk.advance(time.Second)
+		origin.jobs.AskReturning(now)
+		if origin.jobs.RetryAcks(now) > 0 {
+			rounds++
+		}
+	}
+	c.net.Heal(origin.id, c.nodes[1].id)
+	c.net.Heal(origin.id, c.nodes[2].id)
+	healed := clk.Now()
+	if d := healed.Sub(seen); d >= returnGap {
+		t.Fatalf("healed %v after the first sighting: the test needs it within returnGap", d)
+	}
+	if next, ok := origin.jobs.NextAckRetry(res.ID); !ok || next.Sub(healed) < 2*time.Second {
+		t.Fatalf("next round %v after the heal (%v): the test needs a round further away", next.Sub(healed), ok)
+	}
+	if n := origin.jobs.AskReturning(healed); n != 2 {
+		t.Fatalf("AskReturning sent %d SETACKs %v after the peers were first seen, want one to each returning node", n, healed.Sub(seen))
+	}
+	noTrace(t, c, res.ID)
+}
