@@ -428,7 +428,7 @@ func TestNeedJobsWritesOneRecordAJob(t *testing.T) {
 		}
 	}
 	var got []queue.Delivered
-	get := aofGrowth(a, func() {
+	get := aofGrowth(t, a, func() {
 		var err error
 		got, err = a.broker.GetJobs(context.Background(), queue.GetRequest{Queues: []string{"g"}, Count: n, NoHang: true})
 		if err != nil {
@@ -436,7 +436,7 @@ func TestNeedJobsWritesOneRecordAJob(t *testing.T) {
 		}
 	})
 	var moved []queue.Replica
-	need := aofGrowth(a, func() {
+	need := aofGrowth(t, a, func() {
 		var err error
 		// n queued, fewer than 2×n: half of them go.
 		if moved, err = a.broker.RemoteNeedJobs(b.id, "m", n); err != nil {
