@@ -113,34 +113,31 @@ ask:
 	asyncPlanner, _ := b.cluster.(AsyncPlanner)
 	syncPlanner, _ := b.cluster.(SyncPlanner)
 	// The other nodes each synchronous and each ASYNC job needs, in
-	// request order: one planner call for each kind.
+	// request order, and where each goes: one planner call for each kind.
+	type slot struct{ ci, i int }
 	var syncNeed, asyncNeed []int
-	for _, c := range calls {
-		for _, r := range c.reqs {
+	var syncAt, asyncAt []slot
+	for ci, c := range calls {
+		for i, r := range c.reqs {
 			repl := cmp.Or(r.Replicate, min(3, known))
 			if repl <= 1 || repl-1 > reachable {
 				continue
 			}
 			switch {
 			case r.Async && asyncPlanner != nil:
-				asyncNeed = append(asyncNeed, repl-1)
+				asyncNeed, asyncAt = append(asyncNeed, repl-1), append(asyncAt, slot{ci, i})
 			case !r.Async && syncPlanner != nil:
-				syncNeed = append(syncNeed, repl-1)
+				syncNeed, syncAt = append(syncNeed, repl-1), append(syncAt, slot{ci, i})
 			}
 		}
 	}
-	if len(asyncNeed) > 0 {
-		nodes, k := asyncPlanner.AsyncNodes(asyncNeed), 0
-		for ci, c := range calls {
-			for i, r := range c.reqs {
-				if repl := cmp.Or(r.Replicate, min(3, known)); r.Async && repl > 1 && repl-1 <= reachable {
-					if k < len(nodes) {
-						plan(ci, i, nodes[k])
-					}
-					k++
-				}
-			}
+	assign := func(at []slot, nodes [][]string) {
+		for k, s := range at[:min(len(at), len(nodes))] {
+			plan(s.ci, s.i, nodes[k])
 		}
+	}
+	if len(asyncNeed) > 0 {
+		assign(asyncAt, asyncPlanner.AsyncNodes(asyncNeed))
 	}
 	// Read after the plan and before the commit below (PlanMarker).
 	var planMark uint64
@@ -148,17 +145,7 @@ ask:
 		planMark = m.PlanMark()
 	}
 	if len(syncNeed) > 0 {
-		nodes, k := syncPlanner.SyncNodes(syncNeed), 0
-		for ci, c := range calls {
-			for i, r := range c.reqs {
-				if repl := cmp.Or(r.Replicate, min(3, known)); !r.Async && repl > 1 && repl-1 <= reachable {
-					if k < len(nodes) {
-						plan(ci, i, nodes[k])
-					}
-					k++
-				}
-			}
-		}
+		assign(syncAt, syncPlanner.SyncNodes(syncNeed))
 	}
 
 	b.mu.Lock()
