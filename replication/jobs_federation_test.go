@@ -449,9 +449,12 @@ func TestNeedJobsWritesOneRecordAJob(t *testing.T) {
 	// Per job, the node list of two ids (a count, and a length and 40
 	// digits each) beside the delivery; a NODES record of its own would
 	// add its framing and the job's id to that.
+	// Background records (timers, the ack loop) land in either window
+	// under load: CI saw ±10 bytes a job. A NODES record of its own would
+	// add its frame and the job's id (≥ 52 bytes) beyond list+40.
 	list := int64(1 + 2*(1+40))
 	perGet, perMoved := get/n, need/int64(len(moved))
-	if perMoved-perGet < list || perMoved-perGet > list+8 {
+	if perMoved-perGet < list-24 || perMoved-perGet > list+40 {
 		t.Fatalf("a moved job wrote %d bytes of AOF, a delivered one %d: want one record, the delivery with its %d-byte node list", perMoved, perGet, list)
 	}
 	want := []string{a.id, b.id}
