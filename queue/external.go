@@ -203,7 +203,7 @@ func (b *Broker) addExternal(reqs []AddRequest) []AddResult {
 		}
 		added[r.Queue]++
 		j := b.newJob(r, now, nil)
-		j.ID = storage.NewJobIDAt(node, j.Ctime, r.TTL, r.Retry)
+		j.ID = storage.NewJobID(node, r.TTL, r.Retry)
 		j.State, j.QueueTime, j.Nodes = storage.StateActive, 0, nil
 		rep := Replication{Job: j, Body: r.Body}
 		if r.Async {

@@ -2,10 +2,10 @@ package storage
 
 import (
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/diskque/diskque/wal"
 )
@@ -132,57 +132,16 @@ func ValidJobID(id string) bool {
 	return len(id) == JobIDLen && id[0] == 'D' && id[1] == '-' && id[10] == '-' && id[35] == '-'
 }
 
-// NewJobID is NewJobIDAt for a caller without a job's ctime (tests, tools):
-// the wall clock's nanoseconds stand in for it, so its ids sort by when
-// they were made but, unlike a CtimeClock's, not strictly.
-func NewJobID(nodeID string, ttlSeconds, retrySeconds int64) string {
-	return NewJobIDAt(nodeID, uint64(max(time.Now().UnixNano(), 0)), ttlSeconds, retrySeconds)
-}
-
-// jobIDDigits are the 64 characters of an id's middle part in ASCII order,
-// so that a number written in them compares as a string as it does as a
-// number.
-const jobIDDigits = "+/0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-
-// jobIDTimeChars of the middle part's 24 carry the ctime: 11 base-64 digits
-// hold any uint64. The other 13 are random (78 bits).
-const jobIDTimeChars = 11
-
-// NewJobIDAt makes the id of a job created with ctime (a CtimeClock's):
-// "D-", the first 8 hex digits of the node id, "-", 24 characters of
-// A-Za-z0-9+/ (SPEC.md's shape), "-", and the TTL in minutes as 4 hex digits
-// (capped at 65535) whose lowest bit is 1 when retry > 0 and 0 for an
+// NewJobID makes an id per SPEC.md: "D-", the first 8 hex digits of the node
+// id, "-", 144 random bits in base64, "-", and the TTL in minutes as 4 hex
+// digits (capped at 65535) whose lowest bit is 1 when retry > 0 and 0 for an
 // at-most-once job (retry == 0).
-//
-// The 24 characters are not SPEC.md's 144 random bits (COMPATIBILITY.md):
-// the first 11 are the ctime in base 64 with jobIDDigits, the other 13
-// random. One node's ids then sort by creation, so its jobs' index keys
-// (j/, r/) arrive in key order and a consumed run of them is contiguous:
-// Pebble's flushed tables cover a narrow range and its compactions rewrite
-// only the tables they overlap, not all of the job keyspace each time.
-// Nothing reads the middle part; clients, like Disque, check only the shape
-// (ValidJobID).
-//
-// Uniqueness needs no random bits within a node: the store's ctimes are
-// strictly increasing, across restarts too (indexState.maxCtime), so two
-// ids of one node differ in their ctime. The 78 random bits are for nodes
-// whose ids share the 8 hex digits (1 in 2^32 a pair) and for a ctime
-// issued twice (a store restored from an older copy): two ids then collide
-// only if created at the same ctime and with the same 78 bits, which no
-// number of jobs makes likely. The store relies on it (Batch.AddNew).
-func NewJobIDAt(nodeID string, ctime uint64, ttlSeconds, retrySeconds int64) string {
+func NewJobID(nodeID string, ttlSeconds, retrySeconds int64) string {
 	var b [JobIDLen]byte
 	putJobIDPrefix(b[:11], nodeID)
-	const start = 11
-	for i := start + jobIDTimeChars - 1; i >= start; i-- {
-		b[i] = jobIDDigits[ctime&63]
-		ctime >>= 6
-	}
-	rnd := b[start+jobIDTimeChars : 35]
-	_, _ = rand.Read(rnd) // crypto/rand.Read never fails on Linux (Go ≥ 1.24)
-	for i, c := range rnd {
-		rnd[i] = jobIDDigits[c&63]
-	}
+	var rnd [18]byte
+	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails on Linux (Go ≥ 1.24)
+	base64.StdEncoding.Encode(b[11:35], rnd[:])
 	b[35] = '-'
 	mins := min(max(ttlSeconds/60, 0), 65535)
 	if retrySeconds > 0 {

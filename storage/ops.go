@@ -185,7 +185,7 @@ func (b *Batch) AddNew(j *Job, body []byte, ttlSeconds int64) error {
 	if b.node == "" {
 		b.node = b.s.NodeID()
 	}
-	j.ID = NewJobIDAt(b.node, j.Ctime, ttlSeconds, int64(j.Retry))
+	j.ID = NewJobID(b.node, ttlSeconds, int64(j.Retry))
 	o, err := b.s.addOp(j, body, true)
 	if err != nil {
 		j.ID = ""
