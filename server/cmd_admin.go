@@ -399,6 +399,8 @@ func storageInfo(st *storage.Store) []string {
 		fmt.Sprintf("memtable_bytes:%d", m.MemTable.Size),
 		fmt.Sprintf("index_write_buffer_bytes:%d", stats.WriteBufferBytes),
 		fmt.Sprintf("index_write_buffer_flushes:%d", stats.WriteBufferFlushes),
+		fmt.Sprintf("index_write_stalls:%d", stats.IndexStalls),
+		fmt.Sprintf("index_write_stall_ms:%d", stats.IndexStallTime.Milliseconds()),
 		fmt.Sprintf("block_cache_hit_rate:%.3f", hitRate),
 		fmt.Sprintf("aof_verify:%s", stats.Verify.State),
 		fmt.Sprintf("aof_verify_segments:%d", stats.Verify.Segments),

@@ -91,6 +91,16 @@ func newMetrics(s *Server) *metrics {
 			s.storeFigure(func(st storage.Stats) int64 { return st.AOFFsyncs })),
 		counter("diskque_index_write_buffer_flushes_total", "Flushes of the index write buffer into Pebble.",
 			s.storeFigure(func(st storage.Stats) int64 { return st.WriteBufferFlushes })),
+		counter("diskque_index_write_stalls_total", "Index write stalls ended: spans in which writers waited for a memtable flush or an L0 compaction.",
+			s.storeFigure(func(st storage.Stats) int64 { return st.IndexStalls })),
+		counter("diskque_index_write_stall_seconds_total", "Summed length of the index write stalls.", func() float64 {
+			if ref := s.useBroker(); ref != nil {
+				b := ref.broker()
+				defer ref.done()
+				return b.Store().Stats().IndexStallTime.Seconds()
+			}
+			return 0
+		}),
 		counter("diskque_gc_segments_removed_total", "AOF segments removed because no live job body was left in them.",
 			s.storeFigure(func(st storage.Stats) int64 { return st.Collect.SegmentsRemoved })),
 		counter("diskque_gc_bytes_reclaimed_total", "Bytes of the AOF segments removed.",

@@ -1,8 +1,11 @@
 package storage
 
 import (
+	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -38,6 +41,13 @@ import (
 //     its own after every flush and compaction (it takes Pebble's DB.mu, so
 //     not from Pebble's callbacks, which hold it).
 //
+// A stall — a span during which the index had no room and at least one
+// writer waited — is counted with its length (Stats.IndexStalls,
+// Stats.IndexStallTime: INFO's index_write_stalls), and one that lasted
+// stallLogAfter or more is logged at WARN when it ends, with why it began
+// (a memtable flush or L0): a fill that stopped for half a minute behind a
+// compaction must not look like a hung server.
+//
 // A waiter wakes when there is room, when the store fails (Failed: a flush
 // that failed fences the index and never ends) or when it starts closing.
 // A writer waits only while a flush runs or L0 is over the limit — each
@@ -49,6 +59,8 @@ const (
 	// its batch bytes: the skiplist node (24 bytes), its tower (about 1.6
 	// links of 8 bytes) and the key's trailer (8).
 	memtableEntryOverhead = 40
+	// stallLogAfter is the shortest stall that is logged.
+	stallLogAfter = time.Second
 	// l0StopWrites is the number of L0 sublevels at which writers wait
 	// for a compaction.
 	l0StopWrites = 36
@@ -78,24 +90,64 @@ type indexRoom struct {
 	changed chan struct{}
 	stalls  int64 // waits, for tests
 
+	// The stall in progress: since when a writer waits (zero: none does),
+	// and why the index turned full.
+	stallStart  time.Time
+	stallReason string
+	// Stalls ended since Open, and their summed length.
+	stallCount int64
+	stallTime  time.Duration
+	logger     *slog.Logger
+	logAfter   time.Duration
+
 	// The measuring goroutine of the open DB (measure).
 	poke chan struct{} // capacity 1
 	stop chan struct{}
 	done chan struct{}
 }
 
-func newIndexRoom(memTableSize int64, l0Limit int64) *indexRoom {
+func newIndexRoom(memTableSize int64, l0Limit int64, logger *slog.Logger) *indexRoom {
 	memLimit := memTableSize - memTableSize/8
-	return &indexRoom{memLimit: memLimit, l0Limit: l0Limit, changed: make(chan struct{}), poke: make(chan struct{}, 1)}
+	return &indexRoom{memLimit: memLimit, l0Limit: l0Limit, changed: make(chan struct{}), poke: make(chan struct{}, 1),
+		logger: logger, logAfter: stallLogAfter}
 }
 
-// updateLocked recomputes full and wakes the waiters if it turned false.
+// updateLocked recomputes full and wakes the waiters if it turned false;
+// it ends the stall in progress then.
 func (r *indexRoom) updateLocked() {
-	full := (r.flushing && r.handed >= r.memLimit) || r.l0 >= r.l0Limit
-	if r.full.Swap(full) && !full {
+	memFull := r.flushing && r.handed >= r.memLimit
+	full := memFull || r.l0 >= r.l0Limit
+	was := r.full.Swap(full)
+	switch {
+	case full && !was:
+		if memFull {
+			r.stallReason = "a memtable flush is running and the next memtable is full"
+		} else {
+			r.stallReason = fmt.Sprintf("L0 holds %d sublevels (limit %d): waiting for a compaction", r.l0, r.l0Limit)
+		}
+	case !full && was:
 		close(r.changed)
 		r.changed = make(chan struct{})
+		if !r.stallStart.IsZero() {
+			d := time.Since(r.stallStart)
+			r.stallCount++
+			r.stallTime += d
+			r.stallStart = time.Time{}
+			if d >= r.logAfter && r.logger != nil {
+				// Not under mu, which Pebble's callbacks take under its
+				// DB.mu: a slow log must not hold the index up.
+				go r.logger.Warn("index write stall ended: writers waited for the index", "stalled", d.Round(time.Millisecond),
+					"cause", r.stallReason)
+			}
+		}
 	}
+}
+
+// stallStats returns the stalls ended since Open and their summed length.
+func (r *indexRoom) stallStats() (int64, time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stallCount, r.stallTime
 }
 
 // flushBegin: Pebble started flushing the memtables queued so far. What is
@@ -151,6 +203,9 @@ func (r *indexRoom) wait(failed, closing <-chan struct{}) (closed bool) {
 	}
 	r.mu.Lock()
 	r.stalls++
+	if r.full.Load() && r.stallStart.IsZero() {
+		r.stallStart = time.Now()
+	}
 	r.mu.Unlock()
 	for {
 		r.mu.Lock()

@@ -186,6 +186,13 @@ func TestCompactionGateSurvivesACancelledManualCompaction(t *testing.T) {
 		if waiting, _ := db.GetWaitingCompaction(); waiting {
 			break
 		}
+		// A Compact that returned without waiting is its own failure,
+		// with its error: not a timeout to guess at.
+		select {
+		case err := <-compacted:
+			t.Fatalf("Compact returned (%v) before it waited for the gate", err)
+		default:
+		}
 		if time.Now().After(deadline) {
 			t.Fatal("the manual compaction never waited for the gate")
 		}

@@ -254,7 +254,10 @@
 // reads do not — and go on when the flush or a compaction ends, when the
 // store fails (a flush that failed never ends: they return ErrFailed) or
 // when Close begins. Memory stays at about two memtables plus one write
-// buffer flush, as with Pebble's thresholds. The store owns the job state
+// buffer flush, as with Pebble's thresholds. Each such wait is a write stall:
+// counted with its length (Stats.IndexStalls, IndexStallTime; INFO's
+// index_write_stalls) and, from a second long, logged at WARN with its
+// cause when it ends. The store owns the job state
 // machine and every change to it goes through the commit lock, whoever
 // applies it: package queue's broker for the lifecycle, the checkpoint and
 // package gc's collector for the records that move bodies and carry state

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -439,6 +440,12 @@ type Stats struct {
 	// walk over several of one queue's keys counts one): the reads the
 	// write buffer and the job cache did not answer.
 	IndexGets int64
+	// IndexStalls counts the write stalls that ended since Open: spans in
+	// which the index had no room (a memtable flush behind, or L0 over
+	// its limit: backpressure.go) and writers waited; IndexStallTime is
+	// their summed length.
+	IndexStalls    int64
+	IndexStallTime time.Duration
 	// Verify is the background verification of the sealed AOF segments.
 	Verify VerifyStats
 }
@@ -480,6 +487,7 @@ func (s *Store) countersLocked() Stats {
 		WriteBufferBytes: s.buf.bytes, WriteBufferFlushes: s.buf.flushes,
 		RangedDeletions: s.buf.rangedDeletions, DeletionRanges: s.buf.deletionRanges, Verify: s.verifyStats(),
 		IndexGets: s.indexGets.Load()}
+	st.IndexStalls, st.IndexStallTime = s.room.stallStats()
 	for _, n := range s.queued {
 		st.Queued += n
 	}

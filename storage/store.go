@@ -193,7 +193,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		ckptDone:      make(chan struct{}),
 		pebbleLog:     &rateLimitedLog{l: opts.Logger, every: pebbleLogEvery},
 		readOnly:      !room,
-		room:          newIndexRoom(int64(opts.MemTableSize), l0StopWrites),
+		room:          newIndexRoom(int64(opts.MemTableSize), l0StopWrites, opts.Logger),
 		nodeNums:      map[string]uint32{},
 	}
 	s.names.Store(&nodeNames{})
