@@ -182,6 +182,11 @@ func (c clusterControl) InfoLines() []string {
 		kv("cluster_queuelen_answers_received", s.QueueLenAnswersReceived),
 		kv("cluster_bad_payloads", s.BadPayloads),
 		kv("cluster_copies_refused", s.CopiesRefused),
+		kv("cluster_late_copies_dropped", s.LateCopiesDropped),
+		kv("cluster_return_asks", s.ReturnAsks),
+		kv("cluster_needjobs_sent", s.NeedJobsSent),
+		kv("cluster_yourjobs_jobs_sent", s.YourJobsSent),
+		kv("cluster_yourjobs_jobs_received", s.YourJobsReceived),
 	}
 }
 

@@ -94,6 +94,29 @@ func TestClusterProcessesDrainLeavingNode(t *testing.T) {
 		return len(delivered) == len(want)
 	})
 
+	// INFO cluster's federation counters: the consumers' nodes asked, the
+	// leaving node never did (CLUSTER.md: a leaving node sends no
+	// NEEDJOBS) and gave away the 44 jobs it did not deliver itself; every
+	// job given was received (nothing is in flight once all are delivered).
+	var sent, received int64
+	for i, c := range pc.clients {
+		in := info(t, c, "cluster")
+		need, gave, got := atoi(t, in["cluster_needjobs_sent"]), atoi(t, in["cluster_yourjobs_jobs_sent"]), atoi(t, in["cluster_yourjobs_jobs_received"])
+		switch {
+		case i == 0 && need != 0:
+			t.Errorf("the leaving node sent %d NEEDJOBS", need)
+		case i == 0 && gave < int64(len(want)-1):
+			t.Errorf("the leaving node gave %d jobs by YOURJOBS, want at least %d", gave, len(want)-1)
+		case i > 0 && need == 0:
+			t.Errorf("node %d consumed imported jobs with no NEEDJOBS sent", i)
+		}
+		sent += gave
+		received += got
+	}
+	if sent != received {
+		t.Errorf("YOURJOBS: %d jobs sent, %d received, over the cluster", sent, received)
+	}
+
 	// Remove node 0: stop it, FORGET it on the others.
 	pc.kill(0)
 	for _, c := range pc.clients[1:] {

@@ -740,3 +740,13 @@ func pollFor(timeout time.Duration, cond func() bool) bool {
 	}
 	return true
 }
+
+// atoi parses an INFO figure; a missing or malformed one fails the test.
+func atoi(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("INFO figure %q: %v", s, err)
+	}
+	return n
+}
