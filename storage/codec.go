@@ -219,21 +219,11 @@ func decodeOp(typ wal.RecordType, payload []byte) (*op, error) {
 	case recAdd:
 		j := &Job{}
 		d.jobHeader(j)
-		flags := d.byte()
-		j.BodySize = d.u32()
-		if d.err == nil && flags&^flagCompressed != 0 {
-			d.fail("unknown flags")
-		}
-		o.job, o.compressed = j, flags&flagCompressed != 0
-		o.id, o.bodySize = j.ID, j.BodySize
-		o.body = append([]byte(nil), d.rest()...)
+		var stored []byte
+		stored, o.compressed, j.BodySize = d.bodyTail()
+		o.job, o.id, o.bodySize = j, j.ID, j.BodySize
+		o.body = append([]byte(nil), stored...)
 		j.StoredSize = uint32(len(o.body))
-		if d.err == nil && j.BodySize > wal.MaxPayload {
-			d.fail("body size out of range")
-		}
-		if d.err == nil && !o.compressed && len(o.body) != int(j.BodySize) {
-			d.fail("body length mismatch")
-		}
 	case recQueue, recRequeue:
 		o.id = d.id()
 		o.qtime = d.varint()
@@ -540,19 +530,29 @@ func appendMovedBody(dst []byte, o *op) []byte {
 // LSN, flags, body size and stored body.
 func (d *decoder) movedBody(o *op) {
 	o.src = wal.LSN(d.uvarint())
+	var stored []byte
+	stored, o.compressed, o.bodySize = d.bodyTail()
+	o.body = append([]byte(nil), stored...)
+}
+
+// bodyTail reads what ends an ADD or MOVE record: the flags, the body's
+// size and the stored body (aliasing the payload), and checks them: known
+// flags, a size in range and, uncompressed, a body of that length.
+func (d *decoder) bodyTail() (stored []byte, compressed bool, size uint32) {
 	flags := d.byte()
-	o.bodySize = d.u32()
-	o.compressed = flags&flagCompressed != 0
-	o.body = append([]byte(nil), d.rest()...)
+	size = d.u32()
+	compressed = flags&flagCompressed != 0
+	stored = d.rest()
 	switch {
 	case d.err != nil:
 	case flags&^flagCompressed != 0:
 		d.fail("unknown flags")
-	case o.bodySize > wal.MaxPayload:
+	case size > wal.MaxPayload:
 		d.fail("body size out of range")
-	case !o.compressed && len(o.body) != int(o.bodySize):
+	case !compressed && len(stored) != int(size):
 		d.fail("body length mismatch")
 	}
+	return stored, compressed, size
 }
 
 // lsns reads a list appendLSNs wrote.
@@ -637,6 +637,45 @@ func (d *decoder) jobHeader(j *Job) {
 	d.jobFields(j)
 	d.nodes(j)
 	d.checkState(j)
+}
+
+// skipJobHeader steps over what jobHeader reads, field for field, checking
+// its version and its varints but not its values, and returns the job's id
+// (aliasing the payload): the body reads' walk to the body (read.go
+// recordBody), which must not allocate a Job. A change to jobHeader or
+// jobFields changes it too (TestBodyOfReadsWhatDecodeOpReads, FuzzBodyOf).
+func (d *decoder) skipJobHeader() string {
+	if v := d.byte(); d.err == nil && v != jobEncodingVersion {
+		d.fail(fmt.Sprintf("unknown job encoding version %d", v))
+	}
+	id := unsafeString(d.bytes(JobIDLen))
+	d.skipStr()   // the queue
+	d.byte()      // the state
+	d.uvarint()   // ctime
+	d.varint()    // etime
+	for range 6 { // delay, retry, repl, nacks, additional deliveries, deliveries
+		d.uvarint()
+	}
+	d.varint() // queue time
+	d.varint() // awake time
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail("too many nodes")
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		d.skipStr()
+	}
+	return id
+}
+
+// skipStr steps over what str reads, without copying it.
+func (d *decoder) skipStr() {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail("short string")
+		return
+	}
+	d.bytes(int(n))
 }
 
 func (d *decoder) jobFields(j *Job) {

@@ -216,57 +216,16 @@ func recordBody(typ wal.RecordType, payload []byte) (id string, stored []byte, c
 	if typ == recMove {
 		id = unsafeString(d.bytes(JobIDLen))
 	} else {
-		if v := d.byte(); d.err == nil && v != jobEncodingVersion {
-			d.fail(fmt.Sprintf("unknown job encoding version %d", v))
-		}
-		id = unsafeString(d.bytes(JobIDLen))
-		d.skipStr()   // the queue
-		d.byte()      // the state
-		d.uvarint()   // ctime
-		d.varint()    // etime
-		for range 6 { // delay, retry, repl, nacks, additional deliveries, deliveries
-			d.uvarint()
-		}
-		d.varint() // queue time
-		d.varint() // awake time
-		n := d.uvarint()
-		if n > uint64(len(d.b)) {
-			d.fail("too many nodes")
-		}
-		for i := uint64(0); i < n && d.err == nil; i++ {
-			d.skipStr()
-		}
+		id = d.skipJobHeader()
 	}
 	if typ != recAdd {
 		d.uvarint() // the MOVE's source
 	}
-	flags := d.byte()
-	size = d.u32()
-	compressed = flags&flagCompressed != 0
-	stored = d.rest()
-	switch {
-	case d.err != nil:
-	case flags&^flagCompressed != 0:
-		d.fail("unknown flags")
-	case size > wal.MaxPayload:
-		d.fail("body size out of range")
-	case !compressed && len(stored) != int(size):
-		d.fail("body length mismatch")
-	}
+	stored, compressed, size = d.bodyTail()
 	if d.err != nil {
 		return "", nil, false, 0, fmt.Errorf("%w: type %d: %v", ErrBadRecord, typ, d.err)
 	}
 	return id, stored, compressed, size, nil
-}
-
-// skipStr steps over what str reads, without copying it.
-func (d *decoder) skipStr() {
-	n := d.uvarint()
-	if n > uint64(len(d.b)) {
-		d.fail("short string")
-		return
-	}
-	d.bytes(int(n))
 }
 
 // QueuePos is a position in a queue's order: ctime, then id.
