@@ -3,6 +3,7 @@ package replication
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +27,50 @@ func loseTo(c *testCluster, to string, types ...MsgType) *atomic.Int64 {
 	}
 	c.mu.Unlock()
 	return &lost
+}
+
+// keptBack holds, instead of delivering, the REPLJOBs from one node to
+// another, as a link being redialled holds them for up to
+// DownQueueTimeout; late hands them over for the test to deliver.
+type keptBack struct {
+	c  *testCluster
+	mu sync.Mutex
+	ms []Message
+}
+
+// keepBackReplJobs keeps back every REPLJOB from from to to; also, if
+// set, says which other messages are lost. It replaces c.lose.
+func keepBackReplJobs(c *testCluster, to, from string, also func(to, from string, m Message) bool) *keptBack {
+	k := &keptBack{c: c}
+	c.mu.Lock()
+	c.lose = func(dst, src string, m Message) bool {
+		if dst == to && src == from && m.Type == MsgReplJob {
+			k.mu.Lock()
+			k.ms = append(k.ms, m)
+			k.mu.Unlock()
+			return true
+		}
+		return also != nil && also(dst, src, m)
+	}
+	c.mu.Unlock()
+	return k
+}
+
+// any reports whether a REPLJOB was kept back.
+func (k *keptBack) any() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.ms) > 0
+}
+
+// late ends the loss and returns what was kept back.
+func (k *keptBack) late() []Message {
+	k.c.mu.Lock()
+	k.c.lose = nil
+	k.c.mu.Unlock()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.ms
 }
 
 // heldRoundDue checks that nd collects id itself, its first round not

@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,28 +20,14 @@ import (
 func TestFastDelLeavesADummyOnAHolderWithoutTheJob(t *testing.T) {
 	c := newTestCluster(t, 3, -1)
 	origin, holder, victim := c.nodes[0], c.nodes[1], c.nodes[2]
-	var mu sync.Mutex
-	var held []Message
-	c.mu.Lock()
-	c.lose = func(dst, from string, m Message) bool {
-		if dst == victim.id && from == origin.id && m.Type == MsgReplJob {
-			mu.Lock()
-			held = append(held, m)
-			mu.Unlock()
-			return true
-		}
-		return false
-	}
-	c.mu.Unlock()
+	kept := keepBackReplJobs(c, victim.id, origin.id, nil)
 	res := addJob(t, origin, queue.AddRequest{Replicate: 3, Async: true})
 	if res.Err != nil {
 		t.Fatal(res.Err)
 	}
 	eventually(t, "the copy on the holder", func() bool { return holder.state(t, res.ID) != "" })
-	eventually(t, "the victim's REPLJOB held", func() bool { mu.Lock(); defer mu.Unlock(); return len(held) > 0 })
-	c.mu.Lock()
-	c.lose = nil
-	c.mu.Unlock()
+	eventually(t, "the victim's REPLJOB held", kept.any)
+	late := kept.late()
 	if j, err := holder.st.Job(res.ID); err != nil || len(j.Nodes) != 3 {
 		t.Fatalf("holder's job %+v, %v: want the three nodes", j, err)
 	}
@@ -53,9 +38,6 @@ func TestFastDelLeavesADummyOnAHolderWithoutTheJob(t *testing.T) {
 	eventually(t, "the FASTACK's deletion over", func() bool {
 		return holder.state(t, res.ID) == "" && origin.state(t, res.ID) == "" && holder.jobs.Stats().PendingAcks == 0
 	})
-	mu.Lock()
-	late := held
-	mu.Unlock()
 	victim.jobs.HandleBatch(origin.id, late) // the REPLJOB arrives, late
 	if got := victim.state(t, res.ID); got != "acked" {
 		t.Fatalf("after the late REPLJOB the victim's copy is %q, want the dummy ack the FASTDEL left", got)

@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,30 +18,20 @@ import (
 func TestFastDelSentAgainKeepsTheDummyTheFirstLeft(t *testing.T) {
 	c := newTestCluster(t, 3, -1)
 	origin, holder, victim := c.nodes[0], c.nodes[1], c.nodes[2]
-	var mu sync.Mutex
-	var held []Message
 	var lost atomic.Int64
-	c.mu.Lock()
-	c.lose = func(dst, from string, m Message) bool {
-		switch {
-		case dst == victim.id && from == origin.id && m.Type == MsgReplJob:
-			mu.Lock()
-			held = append(held, m)
-			mu.Unlock()
-			return true
-		case dst == holder.id && from == victim.id && m.Type == MsgGotAck && lost.Load() == 0:
+	kept := keepBackReplJobs(c, victim.id, origin.id, func(dst, from string, m Message) bool {
+		if dst == holder.id && from == victim.id && m.Type == MsgGotAck && lost.Load() == 0 {
 			lost.Add(1)
 			return true
 		}
 		return false
-	}
-	c.mu.Unlock()
+	})
 	res := addJob(t, origin, queue.AddRequest{Replicate: 3, Async: true})
 	if res.Err != nil {
 		t.Fatal(res.Err)
 	}
 	eventually(t, "the copy on the holder", func() bool { return holder.state(t, res.ID) != "" })
-	eventually(t, "the victim's REPLJOB held", func() bool { mu.Lock(); defer mu.Unlock(); return len(held) > 0 })
+	eventually(t, "the victim's REPLJOB held", kept.any)
 	if j, err := holder.st.Job(res.ID); err != nil || len(j.Nodes) != 3 {
 		t.Fatalf("holder's job %+v, %v: want the three nodes", j, err)
 	}
@@ -70,12 +59,7 @@ func TestFastDelSentAgainKeepsTheDummyTheFirstLeft(t *testing.T) {
 	eventually(t, "the FASTACK's deletion over", func() bool {
 		return holder.state(t, res.ID) == "" && holder.jobs.Stats().PendingAcks == 0
 	})
-	c.mu.Lock()
-	c.lose = nil
-	c.mu.Unlock()
-	mu.Lock()
-	late := held
-	mu.Unlock()
+	late := kept.late()
 	victim.jobs.HandleBatch(origin.id, late) // the REPLJOB arrives, late
 	if got := victim.state(t, res.ID); got != "acked" {
 		t.Fatalf("after the late REPLJOB the victim's copy is %q, want the dummy ack the first FASTDEL left", got)
