@@ -115,10 +115,6 @@ type Jobs struct {
 	// pauses: the broadcast pause states and their versions
 	// (jobs_pause.go); its own lock, never taken under mu.
 	pauses pauseBook
-	// fastDeleted: the copies FASTDEL deleted here lately
-	// (jobs_fastack.go), guarded by its own mutex.
-	fastDeleted recentIDs
-
 	// givers: the NEEDJOBS being answered, per asker (jobs_federation.go).
 	givers givers
 	// qlens: the GLOBALQLEN asks waiting for answers (jobs_qlen.go).

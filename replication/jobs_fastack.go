@@ -1,9 +1,6 @@
 package replication
 
 import (
-	"sync"
-	"time"
-
 	"github.com/diskque/diskque/storage"
 )
 
@@ -80,6 +77,7 @@ func (j *Jobs) fastAcked(jobs []*storage.Job, unknown []string, except string) {
 	}
 	j.mu.Unlock()
 	if len(alone) > 0 {
+		j.gone.add(alone) // jobs_gone.go
 		if _, err := j.broker.DelJob(alone); err != nil {
 			j.log.Warn("replication: deleting fast-acked jobs", "jobs", len(alone), "err", err)
 		}
@@ -134,18 +132,22 @@ func (j *Jobs) sendFastDels(per map[string][]string, mayhave map[string][]int) i
 // retry period, asks every node; none knowing the job, it is dropped).
 // A dummy ack found here (an earlier FASTDEL's, its GOTACK lost, or a
 // SETACK's) stays and keeps its collection: deleted, the late REPLJOB
-// would queue the copy. A FASTDEL sent again (its GOTACK late or lost) for a copy a FASTDEL
-// deleted here within the last 10 to 20 s (fastDeleted) leaves nothing:
-// that copy's REPLJOB came already. An
+// would queue the copy. A FASTDEL for an id that ended here lately (the
+// ended ids, jobs_gone.go: a FASTDEL sent again because its GOTACK was
+// late or lost, for a copy the first deleted) leaves nothing: a REPLJOB
+// of an ended id is dropped, so no dummy is needed to stop it. Every id
+// a FASTDEL deletes joins the ended ids, so a REPLJOB that comes again
+// after the deletion (a resend, a duplicate a redialled link brings) does
+// not store the FASTACKed job again. An
 // unknown id sent with mayhave 0 (a FASTACK on a node that never had the
 // job, to every node) leaves nothing, as SETACK's search does. It returns
 // the broker's error: the FASTDEL is then not answered.
 func (j *Jobs) delJobs(from string, ids []string, held []bool) error {
 	now := j.cfg.Now()
 	for i, id := range ids {
-		if held[i] && j.fastDeleted.has(id, now) {
-			// A FASTDEL again (its GOTACK late or lost) for a copy a
-			// FASTDEL deleted here: its REPLJOB came long ago.
+		if held[i] && j.gone.has(id) {
+			// Ended here already (a FASTDEL again, its GOTACK late or
+			// lost): a late REPLJOB of it is dropped.
 			held[i] = false
 		}
 	}
@@ -169,58 +171,9 @@ func (j *Jobs) delJobs(from string, ids []string, held []bool) error {
 	j.endCollections(ended)
 	j.heldAcked(from, nil, dummies, now)
 	if err == nil {
-		j.fastDeleted.add(ended, now)
+		j.gone.add(ended) // jobs_gone.go
 	}
 	return err
-}
-
-// recentIDs is a bounded set of the ids added within the last
-// recentIDsSpan to 2×recentIDsSpan: two generations, the older dropped
-// whole. Past maxRecentIDs in a generation, ids are no longer added (a
-// FASTDEL sent again for one then leaves a dummy ack, collected as any).
-type recentIDs struct {
-	mu        sync.Mutex
-	cur, prev map[string]struct{}
-	since     time.Time // when cur began
-}
-
-const (
-	// recentIDsSpan covers a FASTDEL's first resends (1 s, 2 s, 4 s … ±
-	// 500 ms): one whose answer is later than that leaves a dummy ack.
-	recentIDsSpan = 10 * time.Second
-	maxRecentIDs  = 1 << 17
-)
-
-func (r *recentIDs) rotateLocked(now time.Time) {
-	switch d := now.Sub(r.since); {
-	case r.cur == nil || d >= 2*recentIDsSpan:
-		r.cur, r.prev, r.since = map[string]struct{}{}, nil, now
-	case d >= recentIDsSpan:
-		r.cur, r.prev, r.since = map[string]struct{}{}, r.cur, now
-	}
-}
-
-func (r *recentIDs) add(ids []string, now time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.rotateLocked(now)
-	for _, id := range ids {
-		if len(r.cur) >= maxRecentIDs {
-			return
-		}
-		r.cur[id] = struct{}{}
-	}
-}
-
-func (r *recentIDs) has(id string, now time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.rotateLocked(now)
-	_, in := r.cur[id]
-	if !in {
-		_, in = r.prev[id]
-	}
-	return in
 }
 
 // fastDelJobs handles FASTDEL: the copies are deleted as by DELJOB

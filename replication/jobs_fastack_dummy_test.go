@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -127,4 +128,57 @@ func TestFastDelSentAgainLeavesNoDummyWhereTheCopyWasDeleted(t *testing.T) {
 	next, _ = origin.jobs.NextAckRetry(res.ID)
 	origin.jobs.RetryAcks(next)
 	noTrace(t, c, res.ID)
+}
+
+// TestReplJobAgainAfterFastDelIsDropped: a copy FASTDEL deleted here, its
+// REPLJOB delivered again afterwards (a resend, or a duplicate a redialled
+// link brings), must not come back as a live copy of a FASTACKed job: it is
+// dropped as a late copy of an ended job is (jobs_gone.go). Before, the
+// ids a FASTDEL deleted were kept only to answer FASTDEL's own resends, and
+// the REPLJOB stored the job again, requeued at its RETRY.
+func TestReplJobAgainAfterFastDelIsDropped(t *testing.T) {
+	c := newTestCluster(t, 3, -1)
+	origin, holder, victim := c.nodes[0], c.nodes[1], c.nodes[2]
+	var mu sync.Mutex
+	var seen []Message
+	c.mu.Lock()
+	c.hold = func(to, from string, ms []Message) { // records, delivers
+		if to == victim.id && from == origin.id {
+			mu.Lock()
+			for _, m := range ms {
+				if m.Type == MsgReplJob {
+					seen = append(seen, m)
+				}
+			}
+			mu.Unlock()
+		}
+	}
+	c.mu.Unlock()
+	res := addJob(t, origin, queue.AddRequest{Replicate: 3, Timeout: 5000})
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	c.mu.Lock()
+	c.hold = nil
+	c.mu.Unlock()
+	if got := victim.state(t, res.ID); got == "" {
+		t.Fatal("the synchronous copy is not on the victim")
+	}
+	if n, err := holder.broker.FastAck([]string{res.ID}); err != nil || n != 1 {
+		t.Fatalf("FastAck: %d, %v", n, err)
+	}
+	noTrace(t, c, res.ID)
+	mu.Lock()
+	again := seen
+	mu.Unlock()
+	if len(again) == 0 {
+		t.Fatal("no REPLJOB to the victim recorded")
+	}
+	victim.jobs.HandleBatch(origin.id, again) // the REPLJOB again
+	if got := victim.state(t, res.ID); got != "" {
+		t.Fatalf("after the REPLJOB again the victim has %q of a FASTACKed job, want nothing", got)
+	}
+	if n := victim.jobs.Stats().LateCopiesDropped; n != 1 {
+		t.Fatalf("%d late copies dropped, want 1", n)
+	}
 }

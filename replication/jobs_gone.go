@@ -15,16 +15,21 @@ import "sync"
 // meet this: it is queued only once its REPLJOBs were confirmed.
 //
 // So a node remembers the ids it deleted because their job ended — a
-// DELJOB received (every DELJOB is the end of its job: a collection, a
-// FASTACK, a timed-out external replication) or its own collection's
-// deletes — and drops a REPLJOB copy of one of them (JobsStats.
-// LateCopiesDropped; no GOTJOB: nothing waits for an ended job's).
+// DELJOB or FASTDEL received (every one is the end of its job: a
+// collection, a FASTACK, a timed-out external replication), its own
+// collection's deletes, a FASTACK's here — and drops a REPLJOB copy of one
+// of them (JobsStats.
+// LateCopiesDropped; no GOTJOB: nothing waits for an ended job's). The
+// same set answers FASTDEL's resends: an id in it needs no dummy ack
+// (jobs_fastack.go delJobs).
 // The memory is bounded (maxGoneIDs, the oldest forgotten first) and not
 // kept across a restart, which loses nothing: a restart breaks the links,
 // and what was queued on them is dropped, not delivered late.
 
-// maxGoneIDs bounds goneIDs: about 100 bytes an id.
-const maxGoneIDs = 1 << 16
+// maxGoneIDs bounds goneIDs: about 100 bytes an id, 13 MB in all. An id
+// forgotten costs nothing while its copies are sent at once; a FASTDEL
+// resent for it leaves a dummy ack, collected as any.
+const maxGoneIDs = 1 << 17
 
 // goneIDs is the set of ended ids, oldest first in ring (its own lock,
 // never taken with Jobs.mu held).
@@ -58,6 +63,14 @@ func (g *goneIDs) add(ids []string) {
 		}
 		g.set[id] = struct{}{}
 	}
+}
+
+// has reports whether id is remembered as ended.
+func (g *goneIDs) has(id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.set[id]
+	return ok
 }
 
 // dropGone returns jobs and heads without the copies of ended ids, and
