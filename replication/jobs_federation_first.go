@@ -8,9 +8,12 @@ import (
 // Federation's first gives (queue/federation_first.go says what a giver
 // vouches for and why the asker may then skip its index lookup).
 //
-//   - An asker tells each node it sends NEEDJOBS to its store's
-//     incarnation, in a GOTJOB of no ids (version 2, which every build
-//     with incarnations reads), at most every fedIncRefresh per node.
+//   - A node tells each peer its store's incarnation, in a GOTJOB of no
+//     ids (version 2, which every build with incarnations reads), when
+//     the peer is seen up (first, or again: the ack loop's AskReturning)
+//     and with each NEEDJOBS it sends the peer, at most every
+//     fedIncRefresh per peer. Told as the cluster forms, a giver holds
+//     the mark before its producers add the jobs a drain then moves.
 //     An origin's GOTJOBs always carry ids, so an empty one also says
 //     the asker reads YOURJOBS version 2.
 //   - A giver keeps, per asker, the incarnation of its latest empty
