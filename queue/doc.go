@@ -244,7 +244,10 @@
 // waits for durability, reads the bodies not yet durable,
 // then deletes the at-most-once ones (already unrequeueable: delivered)
 // and returns them all; an at-least-once one stays active here with its
-// requeue timer. RemoteYourJobs queues what arrives, in one batch and
+// requeue timer. RemoteNeedJobsFirst marks First the jobs this node
+// minted after the FirstGive mark and never sent anywhere, which
+// ImportYourJobs then adds with storage.Batch.AddReplicaFirst (no index
+// lookup when the store can prove the id new: federation_first.go). RemoteYourJobs queues what arrives, in one batch and
 // one durability wait: a new job is added (active, its ctime, TTL,
 // RETRY, counters and nodes, this node among them; an at-most-once one
 // with this node alone) and queued; a known active at-least-once copy

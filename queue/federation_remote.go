@@ -29,6 +29,13 @@ const maxYourJobsBytes = MaxGetBytes
 // the caller sends them (YOURJOBS) to from. A job whose body cannot be
 // read stays here, delivered (as GETJOB's).
 func (b *Broker) RemoteNeedJobs(from, queue string, count int) ([]Replica, error) {
+	return b.RemoteNeedJobsFirst(from, queue, count, FirstGive{})
+}
+
+// RemoteNeedJobsFirst is RemoteNeedJobs marking First (fg.Incarnation)
+// the jobs the asker may store without its index lookup
+// (federation_first.go).
+func (b *Broker) RemoteNeedJobsFirst(from, queue string, count int, fg FirstGive) ([]Replica, error) {
 	if count <= 0 || !storage.ValidNodeID(from) || from == b.NodeID() {
 		return nil, nil
 	}
@@ -62,7 +69,15 @@ func (b *Broker) RemoteNeedJobs(from, queue string, count int) ([]Replica, error
 		return nil, err
 	}
 	sent := make(map[string]*storage.Job, len(got.jobs))
-	for _, j := range got.jobs {
+	var first map[string]bool
+	self := b.NodeID()
+	for k, j := range got.jobs {
+		if givenFirst(got.before[k], self, fg) {
+			if first == nil {
+				first = map[string]bool{}
+			}
+			first[j.ID] = true
+		}
 		if merged, grew := mergeNodes(j.Nodes, []string{from}); grew {
 			nj := *j
 			nj.Nodes = merged
@@ -85,7 +100,11 @@ func (b *Broker) RemoteNeedJobs(from, queue string, count int) ([]Replica, error
 		if j.Retry == 0 {
 			atMostOnce = append(atMostOnce, j.ID)
 		}
-		out = append(out, Replica{Job: j, Body: d.Body})
+		r := Replica{Job: j, Body: d.Body}
+		if first[j.ID] {
+			r.First = fg.Incarnation
+		}
+		out = append(out, r)
 	}
 	if len(atMostOnce) > 0 {
 		// Delivered and fsynced already, so never queued here again; the
@@ -115,7 +134,10 @@ func (b *Broker) RemoteNeedJobs(from, queue string, count int) ([]Replica, error
 // The common case is one store operation a job: a queued replica add,
 // which is a no-op for an id known here (storage.Batch.AddReplica), so no
 // index lookup precedes it; only the known ones, and the new ones with
-// counters to restore, take a second batch, in the same hold.
+// counters to restore, take a second batch, in the same hold. A job the
+// giver marked First is added with AddReplicaFirst, which skips the
+// add's own lookup of Pebble when the store can prove the id new
+// (federation_first.go).
 func (b *Broker) RemoteYourJobs(from string, jobs []Replica) ([]NeedJobsRequest, error) {
 	reqs, durable, err := b.ImportYourJobs(from, jobs)
 	if err != nil {
@@ -168,7 +190,14 @@ func (b *Broker) ImportYourJobs(from string, jobs []Replica) ([]NeedJobsRequest,
 			nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == from })
 		}
 		j.Nodes, _ = mergeNodes(nodes, []string{self})
-		if err := adds.AddReplica(&j, r.Body); err != nil {
+		add := adds.AddReplica
+		if r.First != 0 {
+			// The giver minted it and never sent it anywhere: no lookup
+			// unless the store's guard knows of another add of the id
+			// (federation_first.go).
+			add = func(j *storage.Job, body []byte) error { return adds.AddReplicaFirst(j, body, r.First) }
+		}
+		if err := add(&j, r.Body); err != nil {
 			continue // malformed: the sender's copy requeues after its RETRY
 		}
 		sent = append(sent, in)

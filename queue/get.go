@@ -71,8 +71,11 @@ type delivery struct {
 	more  bool
 	next  int
 	// jobs are out's jobs as delivered, in out's order, for a take that
-	// moves them to another node (take.moved: RemoteNeedJobs).
-	jobs []*storage.Job
+	// moves them to another node (take.moved: RemoteNeedJobs); before
+	// holds each one as it was before the delivery (its node list without
+	// the asker: federation_first.go).
+	jobs   []*storage.Job
+	before []*storage.Job
 }
 
 // join appends the jobs of a later chunk, o, to d.
@@ -83,6 +86,7 @@ func (d *delivery) join(o delivery) {
 	}
 	d.out = append(d.out, o.out...)
 	d.jobs = append(d.jobs, o.jobs...)
+	d.before = append(d.before, o.before...)
 	d.pending = d.pending.Join(o.pending)
 	d.bytes += o.bytes
 	d.more, d.next = o.more, o.next
@@ -544,6 +548,7 @@ func (b *Broker) deliverLocked(names []string, t take, now int64) (delivery, err
 			q.atime = now
 			if t.moved {
 				d.jobs = append(d.jobs, r.Job)
+				d.before = append(d.before, r.Old)
 			} else {
 				b.stats.JobsDelivered++
 			}

@@ -50,13 +50,14 @@ func (j *Jobs) AskReturning(now time.Time) int {
 	if up == nil {
 		return 0
 	}
-	var back []string
+	var back, seen []string
 	j.mu.Lock()
 	if j.upPeers == nil {
 		j.upPeers, j.askedAt = map[string]bool{}, map[string]time.Time{}
 	}
 	for id := range up {
 		if !j.upPeers[id] {
+			seen = append(seen, id)
 			if last, ok := j.askedAt[id]; !ok || now.Sub(last) >= returnGap {
 				back = append(back, id)
 			}
@@ -64,6 +65,10 @@ func (j *Jobs) AskReturning(now time.Time) int {
 	}
 	j.upPeers = up
 	j.mu.Unlock()
+	// A peer up again (or first seen) learns this store's incarnation,
+	// so that the jobs it adds from now on can be given here marked
+	// first (jobs_federation_first.go).
+	j.tellIncarnation(seen)
 	sent := 0
 	for _, p := range back {
 		// Only an ask that sent something counts for the gap: the first

@@ -437,7 +437,12 @@
 //     does not wait behind the messages read with it or before it
 //     (needJobsFirst, HandleBatchQueued). A lost YOURJOBS leaves the giver's at-least-once copies to
 //     requeue after their RETRY; an at-most-once job is then lost, never
-//     delivered twice.
+//     delivered twice. A node tells each peer its store incarnation in a
+//     GOTJOB of no ids when it sees the peer up and with its NEEDJOBS (at
+//     most every second per peer); a giver that holds it marks first, in
+//     a version-2 YOURJOBS, the jobs it minted after learning it and
+//     never sent anywhere, which the asker stores without its index
+//     lookup (jobs_federation_first.go, queue/federation_first.go).
 //   - GLOBALQLEN (jobs_qlen.go, PeersQueueLen): QUEUELEN (a request id
 //     and a queue name) to every other node that is reachable, leaving
 //     ones included, with its link up; each answers QUEUELENANSWER (the

@@ -117,6 +117,11 @@ type Jobs struct {
 	pauses pauseBook
 	// givers: the NEEDJOBS being answered, per asker (jobs_federation.go).
 	givers givers
+	// fedFirst: per asker, the incarnation its empty GOTJOB said and the
+	// mark it was learned at; fedIncSent: when this node last told each
+	// source its own (jobs_federation_first.go).
+	fedFirst   map[string]fedMark
+	fedIncSent map[string]int64
 	// qlens: the GLOBALQLEN asks waiting for answers (jobs_qlen.go).
 	qlens qlenTable
 	// inboxes: per sender, the batches HandleBatchQueued queued for its
@@ -248,6 +253,7 @@ func NewJobs(cfg JobsConfig) (*Jobs, error) {
 	j := &Jobs{cfg: cfg, log: cfg.Logger, repl: map[string]*pendingRepl{}, acks: newAckTable(),
 		confirm: map[string]*gotJobConfirmer{},
 		peerInc: map[string]uint64{}, peerIncAt: map[string]uint64{}, incAsked: map[string]int64{},
+		fedFirst: map[string]fedMark{}, fedIncSent: map[string]int64{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	j.pauses.file = cfg.PauseFile
 	j.loadPauses()

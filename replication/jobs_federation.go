@@ -50,6 +50,7 @@ func (j *Jobs) NeedJobs(reqs []queue.NeedJobsRequest) {
 		}
 		msg := encodeNeedJobs(r.Queue, max(r.Count, 1))
 		self := j.self()
+		j.tellIncarnation(nodes) // jobs_federation_first.go
 		for _, n := range nodes {
 			if n != self {
 				j.send(n, MsgNeedJobs, msg)
@@ -196,7 +197,7 @@ func (j *Jobs) give(from, name string, count int) {
 	if tr == nil || !(*tr).Connected(from) {
 		return
 	}
-	jobs, err := j.broker.RemoteNeedJobs(from, name, count)
+	jobs, err := j.broker.RemoteNeedJobsFirst(from, name, count, j.firstGive(from))
 	if err != nil {
 		j.log.Warn("replication: NEEDJOBS", "from", from, "queue", name, "err", err)
 		return

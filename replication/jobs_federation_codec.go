@@ -12,9 +12,17 @@ import (
 //
 //	NEEDJOBS  version count queue   count 1..maxNeedJobsCount, queue a string
 //	YOURJOBS  version count { id queue ctime etime delay retry repl nacks adddeliveries nodes body }…
+//	     or   2 incarnation count { id queue ctime etime delay retry repl nacks adddeliveries nodes body first }…
 //
 // A YOURJOBS job is REPLJOB's with the counters that travel with it (so
-// GETJOB WITHCOUNTERS agrees wherever the job is delivered).
+// GETJOB WITHCOUNTERS agrees wherever the job is delivered). Version 2
+// (yourJobsVersionFirst) also says, per job (first: 1, else 0), that the
+// giver minted it and never sent it anywhere before, with the asker's
+// store incarnation it learned from the asker's GOTJOB
+// (queue/federation_first.go): the asker may then store it without its
+// index lookup. A giver sends version 2 only to an asker whose empty
+// GOTJOB told it the incarnation, which only a build that reads version
+// 2 sends (jobs_federation_first.go); an older build refuses it.
 
 // maxNeedJobsCount bounds a NEEDJOBS's count on the wire (the broker gives
 // at most 100 anyway).
@@ -41,13 +49,28 @@ func decodeNeedJobs(p []byte) (string, int, error) {
 	return name, count, nil
 }
 
+// yourJobsVersionFirst is the version of a YOURJOBS that marks jobs first.
+const yourJobsVersionFirst = 2
+
+// encodeYourJobs is YOURJOBS's payload: version 1, or version 2 when a job
+// is marked first (every First of one message is the same incarnation:
+// the asker's).
 func encodeYourJobs(jobs []queue.Replica) []byte {
-	size := 2
+	size := 2 + binary.MaxVarintLen64
+	inc := uint64(0)
 	for _, r := range jobs {
-		size += 90 + len(r.Job.Queue) + 41*len(r.Job.Nodes) + len(r.Body)
+		size += 91 + len(r.Job.Queue) + 41*len(r.Job.Nodes) + len(r.Body)
+		if r.First != 0 {
+			inc = r.First
+		}
 	}
 	b := make([]byte, 0, size)
-	b = append(b, codecVersion)
+	if inc == 0 {
+		b = append(b, codecVersion)
+	} else {
+		b = append(b, yourJobsVersionFirst)
+		b = binary.AppendUvarint(b, inc)
+	}
 	b = binary.AppendUvarint(b, uint64(len(jobs)))
 	for _, r := range jobs {
 		j := r.Job
@@ -56,6 +79,13 @@ func encodeYourJobs(jobs []queue.Replica) []byte {
 		b = binary.AppendUvarint(b, uint64(j.AdditionalDeliveries))
 		b = appendNodes(b, j.Nodes)
 		b = appendString(b, string(r.Body))
+		if inc != 0 {
+			first := byte(0)
+			if r.First == inc {
+				first = 1
+			}
+			b = append(b, first)
+		}
 	}
 	return b
 }
@@ -64,8 +94,17 @@ func encodeYourJobs(jobs []queue.Replica) []byte {
 const minYourJobBytes = storage.JobIDLen + 12
 
 func decodeYourJobs(p []byte) ([]queue.Replica, error) {
-	d := msgDecoder{b: p}
-	d.version()
+	var d msgDecoder
+	inc := uint64(0)
+	if len(p) > 0 && p[0] == yourJobsVersionFirst {
+		d = msgDecoder{b: p[1:]}
+		if inc = d.uvarint(); d.err == nil && inc == 0 {
+			d.fail("YOURJOBS of incarnation 0")
+		}
+	} else {
+		d = msgDecoder{b: p}
+		d.version()
+	}
 	n := d.count(minYourJobBytes)
 	jobs := make([]queue.Replica, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
@@ -80,7 +119,17 @@ func decodeYourJobs(p []byte) ([]queue.Replica, error) {
 		j.AdditionalDeliveries = d.u32()
 		j.Nodes = d.nodes()
 		body := d.str()
-		jobs = append(jobs, queue.Replica{Job: j, Body: []byte(body)})
+		r := queue.Replica{Job: j, Body: []byte(body)}
+		if inc != 0 {
+			switch d.byte() {
+			case 0:
+			case 1:
+				r.First = inc
+			default:
+				d.fail("bad first flag")
+			}
+		}
+		jobs = append(jobs, r)
 	}
 	if err := d.end(); err != nil {
 		return nil, err

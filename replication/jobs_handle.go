@@ -273,8 +273,10 @@ func (j *Jobs) confirmGotJobs(from string, c *gotJobConfirmer) {
 // enough; incarnation is the sender store's (0: none), which stamps the
 // first REPLJOBs sent it from now on.
 func (j *Jobs) gotJobs(from string, ids []string, incarnation uint64) {
+	mark := j.fedMarkFor(ids, incarnation) // before j.mu: it reads the broker
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.learnFedMarkLocked(from, incarnation, mark)
 	if incarnation != j.peerInc[from] {
 		// A change: new stamps are valid for ASYNC jobs planned from
 		// now on only (asyncHead).

@@ -213,6 +213,14 @@ func (c *CtimeClock) Next(nowMillis int64) uint64 {
 	return t
 }
 
+// Last is the highest ctime issued or observed so far: every ctime Next
+// returns from now on is greater.
+func (c *CtimeClock) Last() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
 // Observe makes later ctimes sort after ctime (used after recovery).
 func (c *CtimeClock) Observe(ctime uint64) {
 	c.mu.Lock()
