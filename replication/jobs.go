@@ -171,9 +171,12 @@ type JobsStats struct {
 // pendingRepl is one job of a Replicate call.
 type pendingRepl struct {
 	need      int             // other nodes that must confirm
-	sent      []string        // nodes sent to, in order
-	confirmed map[string]bool // nodes that answered GOTJOB
-	wake      chan struct{}   // the Replicate call's, buffered 1
+	sent      []string        // nodes sent to, in order; only appended to
+	confirmed map[string]bool // nodes that answered GOTJOB; nil until one did
+	// list is nodeList's last result, still right while it is one longer
+	// than sent (sent only grows); read and written under Jobs.mu.
+	list []string
+	wake chan struct{} // the Replicate call's, buffered 1
 	// external: this node keeps no copy (jobs_external.go): need is
 	// Repl, and the copies' node list is sent alone.
 	external bool
@@ -422,13 +425,28 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 	self := j.self()
 	now := j.nowMillis()
 	prs := make([]*pendingRepl, len(jobs))
+	// One array of pendingRepls and one of their sent lists for the call
+	// (each list capped at its need: a node added later reallocates it),
+	// and confirmed made by the first GOTJOB (gotJobs): the origin paid
+	// about fifteen allocations a job here, each GC work later.
+	slab := make([]pendingRepl, len(jobs))
+	total := 0
+	for _, r := range jobs {
+		total += int(r.Job.Repl)
+	}
+	sentSlab := make([]string, 0, total)
 	short := false // a job has fewer planned nodes than it needs
 	for i, r := range jobs {
-		p := &pendingRepl{need: int(r.Job.Repl) - 1, confirmed: map[string]bool{}, wake: wake, external: external,
-			start: now, added: now}
+		p := &slab[i]
+		*p = pendingRepl{need: int(r.Job.Repl) - 1, wake: wake, external: external, start: now, added: now}
 		if external {
 			p.need++
-		} else {
+		}
+		if need := max(p.need, 0); len(sentSlab)+need <= cap(sentSlab) {
+			p.sent = sentSlab[len(sentSlab) : len(sentSlab) : len(sentSlab)+need]
+			sentSlab = sentSlab[:len(sentSlab)+need]
+		}
+		if !external {
 			// The nodes planned when it was stored (SyncNodes) first.
 			for _, n := range r.Job.Nodes {
 				if n != self && len(p.sent) < p.need && !slices.Contains(p.sent, n) {
@@ -583,21 +601,29 @@ func (j *Jobs) sendRepl(jobs []queue.Replication, prs []*pendingRepl, nodes [][]
 		var list, targets []string
 		if prs != nil {
 			list = j.nodeList(prs[i])
-			for _, n := range prs[i].sent {
-				if !prs[i].confirmed[n] {
-					targets = append(targets, n)
+			if len(prs[i].confirmed) == 0 {
+				targets = prs[i].sent // only read below
+			} else {
+				for _, n := range prs[i].sent {
+					if !prs[i].confirmed[n] {
+						targets = append(targets, n)
+					}
 				}
 			}
 		} else {
 			list, targets = nodes[i], nodes[i][1:]
 		}
-		jc := *r.Job
-		jc.Nodes = list
+		job := r.Job
+		if !slices.Equal(job.Nodes, list) {
+			jc := *r.Job
+			jc.Nodes = list
+			job = &jc
+		}
 		for _, n := range targets {
 			if per[n] == nil {
 				order = append(order, n)
 			}
-			per[n] = append(per[n], replJob{Job: &jc, Body: r.Body})
+			per[n] = append(per[n], replJob{Job: job, Body: r.Body})
 		}
 	}
 	heads := make([]replHeader, len(order))
