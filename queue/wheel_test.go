@@ -701,3 +701,26 @@ func TestWheelRemoveAllOfANewJob(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSyncTimersOfANewCopyAllocatesItsEntriesOnly checks that what the
+// broker does for every job it stores — syncTimersLocked: RemoveAll, then
+// an Add per event — allocates the wheel's entries and nothing else (the
+// job's event list was a new slice each time).
+func TestSyncTimersOfANewCopyAllocatesItsEntriesOnly(t *testing.T) {
+	f := newFixture(t, 16)
+	now := f.clock.ms.Load()
+	j := &storage.Job{ID: storage.NewJobID(storage.NewNodeID(), 3600, 60), Queue: "q", State: storage.StateActive,
+		Etime: now + 3_600_000, QueueTime: now + 60_000}
+	if n := len(j.Events()); n != 2 {
+		t.Fatalf("the job has %d events, want 2", n)
+	}
+	f.b.mu.Lock()
+	defer f.b.mu.Unlock()
+	a := testing.AllocsPerRun(100, func() {
+		f.b.syncTimersLocked(j.ID, j)
+		f.b.wheel.RemoveAll(j.ID)
+	})
+	if a > 2 {
+		t.Fatalf("syncTimersLocked of a job with 2 events: %.0f allocations, want 2 (its wheel entries)", a)
+	}
+}
