@@ -575,14 +575,47 @@ const maxAddNodeAfter = 1000
 
 // pick returns up to n of from, not in except, in random order.
 func pick(from, except []string, n int) []string {
-	var cand []string
+	var scratch []string
+	return pickAppend(nil, from, except, n, &scratch)
+}
+
+// pickAppend appends to dst up to n of from, not in except, in random
+// order (a partial Fisher-Yates shuffle: every ordered choice equally
+// likely, as a whole shuffle's prefix), using *scratch for the candidates
+// so that a planner's round allocates them once, not once a job.
+func pickAppend(dst, from, except []string, n int, scratch *[]string) []string {
+	cand := (*scratch)[:0]
 	for _, id := range from {
 		if !slices.Contains(except, id) {
 			cand = append(cand, id)
 		}
 	}
-	rand.Shuffle(len(cand), func(a, b int) { cand[a], cand[b] = cand[b], cand[a] })
-	return cand[:min(n, len(cand))]
+	*scratch = cand
+	n = min(n, len(cand))
+	for k := range n {
+		r := k + rand.IntN(len(cand)-k)
+		cand[k], cand[r] = cand[r], cand[k]
+	}
+	return append(dst, cand[:n]...)
+}
+
+// pickEach is a planner's round: for each count, up to that many of from
+// chosen at random, each job's list its own (capped: an append to one
+// reallocates it) within one array for the round.
+func pickEach(from []string, need []int) [][]string {
+	out := make([][]string, len(need))
+	total := 0
+	for _, n := range need {
+		total += max(min(n, len(from)), 0)
+	}
+	slab := make([]string, 0, total)
+	scratch := make([]string, 0, len(from))
+	for i, n := range need {
+		start := len(slab)
+		slab = pickAppend(slab, from, nil, n, &scratch)
+		out[i] = slab[start:len(slab):len(slab)]
+	}
+	return out
 }
 
 // sendRepl sends each job to the nodes of its pendingRepl that have not
@@ -659,12 +692,7 @@ func (j *Jobs) ReplicateAsync(jobs []queue.Replication) [][]string {
 // the nodes whose link is up now, chosen at random, as Replicate chooses
 // a job's first nodes when none were planned.
 func (j *Jobs) SyncNodes(need []int) [][]string {
-	linked := j.linkedIDs()
-	out := make([][]string, len(need))
-	for i, n := range need {
-		out[i] = pick(linked, nil, n)
-	}
-	return out
+	return pickEach(j.linkedIDs(), need)
 }
 
 // AsyncNodes implements queue.AsyncPlanner: for each count, up to that
@@ -674,12 +702,7 @@ func (j *Jobs) SyncNodes(need []int) [][]string {
 // their answer, and a copy queued on a link being redialled arrives when
 // it is up.
 func (j *Jobs) AsyncNodes(need []int) [][]string {
-	reach := j.reachableIDs()
-	out := make([][]string, len(need))
-	for i, n := range need {
-		out[i] = pick(reach, nil, n)
-	}
-	return out
+	return pickEach(j.reachableIDs(), need)
 }
 
 // SendAsync implements queue.AsyncPlanner: the REPLJOB without GOTJOB of
