@@ -165,7 +165,8 @@ func encodeGotJobs(ids []string, incarnation uint64) []byte {
 }
 
 // decodeGotJobs reads either GOTJOB payload (incarnation 0: a version-1
-// one, which carries none).
+// one, which carries none). The ids of an incarnation payload share one
+// string (sharedIDs): look them up, keep none.
 func decodeGotJobs(p []byte) (ids []string, incarnation uint64, err error) {
 	if len(p) == 0 || p[0] != gotJobVersionInc {
 		ids, err = decodeIDs(p)
@@ -176,10 +177,7 @@ func decodeGotJobs(p []byte) (ids []string, incarnation uint64, err error) {
 		d.fail("GOTJOB of incarnation 0")
 	}
 	n := d.count(storage.JobIDLen)
-	ids = make([]string, 0, n)
-	for i := 0; i < n && d.err == nil; i++ {
-		ids = append(ids, d.id())
-	}
+	ids = d.sharedIDs(n)
 	if err := d.end(); err != nil {
 		return nil, 0, err
 	}
@@ -412,6 +410,30 @@ func (d *msgDecoder) strIn(t *internTable) string {
 		t.strs[t.n], t.n = s, t.n+1
 	}
 	return s
+}
+
+// sharedIDs reads n job ids as id does, into one string they all share:
+// two allocations, not one an id. Only for ids their receiver just looks
+// up (a GOTJOB's): one kept would keep the whole string.
+func (d *msgDecoder) sharedIDs(n int) []string {
+	if d.err != nil {
+		return nil
+	}
+	if len(d.b) < n*storage.JobIDLen {
+		d.fail("short id")
+		return nil
+	}
+	all := string(d.b[:n*storage.JobIDLen])
+	d.b = d.b[n*storage.JobIDLen:]
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = all[i*storage.JobIDLen : (i+1)*storage.JobIDLen]
+		if !storage.ValidJobID(ids[i]) {
+			d.fail("bad job id")
+			return nil
+		}
+	}
+	return ids
 }
 
 func (d *msgDecoder) id() string {

@@ -104,3 +104,35 @@ func TestPlannersAllocateOncePerRound(t *testing.T) {
 		}
 	}
 }
+
+// TestGotJobDecodingAllocations: a GOTJOB's ids are only looked up by the
+// origin (gotJobs), so its decoding allocates the list and one string for
+// all of them, not one string an id (two a job at REPLICATE 3: a tenth of
+// the origin's allocations).
+func TestGotJobDecodingAllocations(t *testing.T) {
+	jobs := replJobsForTest(16)
+	ids := make([]string, len(jobs))
+	for i, r := range jobs {
+		ids[i] = r.Job.ID
+	}
+	p := encodeGotJobs(ids, 99)
+	var got []string
+	a := testing.AllocsPerRun(50, func() {
+		var err error
+		var inc uint64
+		if got, inc, err = decodeGotJobs(p); err != nil || inc != 99 {
+			t.Fatal(inc, err)
+		}
+	})
+	if a > 2 {
+		t.Errorf("decoding a GOTJOB of %d ids: %.0f allocations, want 2", len(ids), a)
+	}
+	if !slices.Equal(got, ids) {
+		t.Fatalf("decoded %v, sent %v", got, ids)
+	}
+	bad := slices.Clone(p)
+	bad[len(bad)-storage.JobIDLen] = 'X' // the last id's "D-" prefix
+	if _, _, err := decodeGotJobs(bad); err == nil {
+		t.Fatal("a GOTJOB with a malformed id decoded")
+	}
+}
