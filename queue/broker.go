@@ -255,7 +255,8 @@ func (b *Broker) syncTimersLocked(id string, j *storage.Job) {
 	}
 	earliest := false
 	next, ok := b.wheel.Next()
-	for _, e := range j.Events() {
+	var buf [3]storage.Event // delay, retry, ttl: no allocation
+	for _, e := range j.AppendEvents(buf[:0]) {
 		if cmpEvent(e, b.cursor) <= 0 && b.wheel.Len() >= b.opts.MaxTimers {
 			b.cursor = storage.Event{Due: e.Due - 1, Kind: 0xff, ID: "\xff"}
 			b.loader = loaderFull

@@ -50,8 +50,15 @@ const (
 //     and removed ones leave nil holes (before overdueStart: only holes)
 //     until the list drains or is sorted; unless overdueUnsorted, the live
 //     entries are in Due order;
-//   - index maps (ID, Kind) to the one entry of that key, whose level, slot
-//     and pos say where it sits (slot entries are swap-deleted).
+//   - index maps a job id to the first of its entries, at most one per kind,
+//     chained through next in no particular order; each entry's level, slot
+//     and pos say where it sits (slot entries are swap-deleted), and held
+//     counts them all.
+//
+// The index is keyed by id alone, not (id, kind), because the broker's
+// commonest call is RemoveAll of a job it holds nothing for — every new
+// copy a replica stores — and on a wheel of MaxTimers events each hash
+// lookup is a cache miss: one per RemoveAll, not one per kind ever added.
 //
 // Advance jumps from one slotMin to the next: the earliest among the levels'
 // first occupied slots, found with a rotate and a trailing-zero count per
@@ -62,14 +69,16 @@ const (
 // milliseconds between: its cost is O(events fired + slots cascaded), and an
 // event cascades at most five times, whatever the jump.
 //
-// Memory: one wheelEntry (about 40 bytes) and one map entry per event, the
+// Memory: one wheelEntry (about 48 bytes) per event and one map entry per
+// job, the
 // fixed mask, slot and slotMin arrays, and the backing arrays of non-empty
 // slots; an emptied slot drops its backing array.
 //
 // A Wheel is not safe for concurrent use: the broker owns it under its lock.
 type Wheel struct {
 	now   int64
-	index map[wheelKey]*wheelEntry
+	index map[string]*wheelEntry // job id → its first entry
+	held  int                    // entries in index's chains
 
 	mask    [wheelLevels]uint64
 	slots   [wheelLevels][wheelSlots][]*wheelEntry
@@ -87,27 +96,23 @@ type Wheel struct {
 	overdueMax      int64
 	overdueUnsorted bool
 
-	kinds     []storage.EventKind // every kind ever added, for RemoveAll
 	advancing bool
 	steps     uint64 // times Advance visited (fired or cascaded); for tests
 	cascaded  uint64 // entries moved down from levels 1-5; for tests
-}
-
-type wheelKey struct {
-	id   string
-	kind storage.EventKind
+	indexOps  uint64 // reads, writes and deletes of index; for tests
 }
 
 type wheelEntry struct {
 	ev    storage.Event
-	pos   int32 // index in its slot, or in overdue
-	level int8  // 0..5, or overdueLevel
+	next  *wheelEntry // the job's next entry (another kind), or nil
+	pos   int32       // index in its slot, or in overdue
+	level int8        // 0..5, or overdueLevel
 	slot  uint8
 }
 
 // NewWheel returns an empty wheel whose time is now (Unix milliseconds).
 func NewWheel(now int64) *Wheel {
-	return &Wheel{now: now, index: make(map[wheelKey]*wheelEntry)}
+	return &Wheel{now: now, index: make(map[string]*wheelEntry)}
 }
 
 // Now returns the wheel's time: the largest now given to Advance (or
@@ -116,7 +121,7 @@ func NewWheel(now int64) *Wheel {
 func (w *Wheel) Now() int64 { return w.now }
 
 // Len returns the number of events held, overdue ones included.
-func (w *Wheel) Len() int { return len(w.index) }
+func (w *Wheel) Len() int { return w.held }
 
 // Add schedules e. Events are identified by (ID, Kind): adding one that is
 // already held replaces it. An event due at or before Now fires on the next
@@ -126,12 +131,11 @@ func (w *Wheel) Len() int { return len(w.index) }
 // Now; an event of the same key that was held is then removed, so a stale
 // schedule never fires (the new one is only on disk, beyond the horizon).
 func (w *Wheel) Add(e storage.Event) bool {
-	k := wheelKey{e.ID, e.Kind}
-	en := w.index[k]
+	head, en, prev := w.find(e.ID, e.Kind)
 	if e.Due > w.now && uint64(e.Due)-uint64(w.now) >= uint64(WheelSpan) {
 		if en != nil {
 			w.unlink(en)
-			delete(w.index, k)
+			w.drop(e.ID, en, prev)
 		}
 		return false
 	}
@@ -139,43 +143,86 @@ func (w *Wheel) Add(e storage.Event) bool {
 		w.unlink(en)
 	} else {
 		en = &wheelEntry{}
-		w.index[k] = en
-		if !slices.Contains(w.kinds, e.Kind) {
-			w.kinds = append(w.kinds, e.Kind)
+		if head == nil {
+			w.index[e.ID] = en
+			w.indexOps++
+		} else {
+			// After the head: no index write.
+			en.next, head.next = head.next, en
 		}
+		w.held++
 	}
 	en.ev = e
 	w.place(en)
 	return true
 }
 
+// find returns the first entry of job id (nil if none), its entry of kind
+// (nil if none) and the entry before that one in the chain (nil if it is
+// the first).
+func (w *Wheel) find(id string, kind storage.EventKind) (head, en, prev *wheelEntry) {
+	head = w.index[id]
+	w.indexOps++
+	for x := head; x != nil; prev, x = x, x.next {
+		if x.ev.Kind == kind {
+			return head, x, prev
+		}
+	}
+	return head, nil, nil
+}
+
+// drop takes en, found by find with prev before it, out of job id's chain
+// (not out of its slot: see unlink).
+func (w *Wheel) drop(id string, en, prev *wheelEntry) {
+	w.held--
+	switch {
+	case prev != nil:
+		prev.next = en.next
+	case en.next != nil:
+		w.index[id] = en.next
+		w.indexOps++
+	default:
+		delete(w.index, id)
+		w.indexOps++
+	}
+	en.next = nil
+}
+
 // Holds reports whether the wheel holds an event (id, kind).
 func (w *Wheel) Holds(id string, kind storage.EventKind) bool {
-	_, ok := w.index[wheelKey{id, kind}]
-	return ok
+	_, en, _ := w.find(id, kind)
+	return en != nil
 }
 
 // Remove removes the event (id, kind) and reports whether it was held.
 func (w *Wheel) Remove(id string, kind storage.EventKind) bool {
-	k := wheelKey{id, kind}
-	en := w.index[k]
+	_, en, prev := w.find(id, kind)
 	if en == nil {
 		return false
 	}
 	w.unlink(en)
-	delete(w.index, k)
+	w.drop(id, en, prev)
 	return true
 }
 
 // RemoveAll removes every event of job id (of any kind) and returns how many
-// it removed.
+// it removed. For an id not held it is one index lookup.
 func (w *Wheel) RemoveAll(id string) int {
-	n := 0
-	for _, kind := range w.kinds {
-		if w.Remove(id, kind) {
-			n++
-		}
+	head := w.index[id]
+	w.indexOps++
+	if head == nil {
+		return 0
 	}
+	n := 0
+	for x := head; x != nil; {
+		next := x.next
+		w.unlink(x)
+		x.next = nil
+		x, n = next, n+1
+	}
+	delete(w.index, id)
+	w.indexOps++
+	w.held -= n
 	return n
 }
 
@@ -282,7 +329,8 @@ func (w *Wheel) place(en *wheelEntry) {
 	w.slots[l][s] = append(list, en)
 }
 
-// unlink takes en out of its slot or the overdue list (not out of index).
+// unlink takes en out of its slot or the overdue list (not out of index:
+// see drop).
 func (w *Wheel) unlink(en *wheelEntry) {
 	if en.level == overdueLevel {
 		w.overdue[en.pos] = nil
@@ -397,7 +445,8 @@ func (w *Wheel) fireOverdue(fire func(storage.Event), budget int) int {
 		}
 		w.overdue[en.pos] = nil
 		w.overdueLive--
-		delete(w.index, wheelKey{en.ev.ID, en.ev.Kind})
+		_, _, prev := w.find(en.ev.ID, en.ev.Kind)
+		w.drop(en.ev.ID, en, prev)
 		fired++
 		fire(en.ev)
 	}

@@ -54,6 +54,12 @@ func TestWheelDataDriven(t *testing.T) {
 	})
 }
 
+// wheelKey identifies an event in the tests' models: one per (ID, Kind).
+type wheelKey struct {
+	id   string
+	kind storage.EventKind
+}
+
 type wheelHarness struct {
 	w      *Wheel
 	onFire map[wheelKey][]string
@@ -241,8 +247,22 @@ func cmpWheelEvent(a, b storage.Event) int {
 // checkInvariants verifies the invariants of the Wheel doc comment.
 func (w *Wheel) checkInvariants() error {
 	held := 0
+	chained := 0
+	for id, head := range w.index {
+		kinds := map[storage.EventKind]bool{}
+		for x := head; x != nil; x = x.next {
+			if x.ev.ID != id || kinds[x.ev.Kind] {
+				return fmt.Errorf("entry %v in the chain of %q (kinds before: %v)", x.ev, id, kinds)
+			}
+			kinds[x.ev.Kind] = true
+			chained++
+		}
+	}
+	if chained != w.held {
+		return fmt.Errorf("index chains hold %d entries, held says %d", chained, w.held)
+	}
 	checkIndex := func(en *wheelEntry) error {
-		if w.index[wheelKey{en.ev.ID, en.ev.Kind}] != en {
+		if _, x, _ := w.find(en.ev.ID, en.ev.Kind); x != en {
 			return fmt.Errorf("entry %v is not the index's", en.ev)
 		}
 		held++
@@ -304,8 +324,8 @@ func (w *Wheel) checkInvariants() error {
 			return err
 		}
 	}
-	if live != w.overdueLive || held != len(w.index) {
-		return fmt.Errorf("overdue %d live (counted %d); index %d, placed %d", live, w.overdueLive, len(w.index), held)
+	if live != w.overdueLive || held != w.held {
+		return fmt.Errorf("overdue %d live (counted %d); index %d, placed %d", live, w.overdueLive, w.held, held)
 	}
 	return nil
 }
@@ -558,7 +578,10 @@ func TestWheelLongJump(t *testing.T) {
 func TestWheelCascadeOnce(t *testing.T) {
 	w := NewWheel(1000)
 	far := storage.Event{Due: 1000 + WheelSpan - 1, Kind: storage.EventTTL, ID: "far"}
-	if !w.Add(far) || w.index[wheelKey{far.ID, far.Kind}].level != wheelLevels-1 {
+	if _, en, _ := w.find(far.ID, far.Kind); !w.Add(far) || en != nil {
+		t.Fatal("far event held before its Add")
+	}
+	if _, en, _ := w.find(far.ID, far.Kind); en == nil || en.level != wheelLevels-1 {
 		t.Fatalf("far event not at level %d", wheelLevels-1)
 	}
 	fired := 0
@@ -636,5 +659,68 @@ func BenchmarkWheelAddAdvance(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*events), "ns/event")
 		})
+	}
+}
+
+// TestWheelRemoveAllOfANewJob checks that what a replica does for every
+// new copy — RemoveAll of an id the wheel does not hold, then its retry and
+// WILLQUEUE events — costs one index operation for the RemoveAll and three
+// for the two Adds (two lookups, one insert), whatever the number of kinds
+// the wheel has seen:
+// on a replica's wheel of 200k events each lookup is a cache miss, and
+// RemoveAll looked up every kind ever added (four), which was 6-8% of a
+// replica's CPU at REPLICATE 3.
+func TestWheelRemoveAllOfANewJob(t *testing.T) {
+	w := NewWheel(1000)
+	for i, kind := range []storage.EventKind{storage.EventDelay, storage.EventRetry, storage.EventTTL, eventWillQueue} {
+		w.Add(storage.Event{Due: 2000 + int64(i), Kind: kind, ID: fmt.Sprintf("other-%d", i)})
+	}
+	before := w.indexOps
+	if n := w.RemoveAll("new"); n != 0 {
+		t.Fatalf("RemoveAll removed %d", n)
+	}
+	if got := w.indexOps - before; got != 1 {
+		t.Fatalf("RemoveAll of an id not held: %d index operations, want 1", got)
+	}
+	before = w.indexOps
+	w.Add(storage.Event{Due: 5000, Kind: storage.EventRetry, ID: "new"})
+	w.Add(storage.Event{Due: 4000, Kind: eventWillQueue, ID: "new"})
+	if got := w.indexOps - before; got > 3 {
+		t.Fatalf("two Adds of a new id: %d index operations, want at most 3", got)
+	}
+	if !w.Holds("new", storage.EventRetry) || !w.Holds("new", eventWillQueue) || w.Holds("new", storage.EventTTL) || w.Len() != 6 {
+		t.Fatalf("Holds or Len (%d) wrong", w.Len())
+	}
+	if err := w.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.RemoveAll("new"); n != 2 || w.Len() != 4 || w.Holds("new", storage.EventRetry) {
+		t.Fatalf("RemoveAll removed %d, Len %d", n, w.Len())
+	}
+	if err := w.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSyncTimersOfANewCopyAllocatesItsEntriesOnly checks that what the
+// broker does for every job it stores — syncTimersLocked: RemoveAll, then
+// an Add per event — allocates the wheel's entries and nothing else (the
+// job's event list was a new slice each time).
+func TestSyncTimersOfANewCopyAllocatesItsEntriesOnly(t *testing.T) {
+	f := newFixture(t, 16)
+	now := f.clock.ms.Load()
+	j := &storage.Job{ID: storage.NewJobID(storage.NewNodeID(), 3600, 60), Queue: "q", State: storage.StateActive,
+		Etime: now + 3_600_000, QueueTime: now + 60_000}
+	if n := len(j.Events()); n != 2 {
+		t.Fatalf("the job has %d events, want 2", n)
+	}
+	f.b.mu.Lock()
+	defer f.b.mu.Unlock()
+	a := testing.AllocsPerRun(100, func() {
+		f.b.syncTimersLocked(j.ID, j)
+		f.b.wheel.RemoveAll(j.ID)
+	})
+	if a > 2 {
+		t.Fatalf("syncTimersLocked of a job with 2 events: %.0f allocations, want 2 (its wheel entries)", a)
 	}
 }

@@ -172,9 +172,12 @@ type JobsStats struct {
 // pendingRepl is one job of a Replicate call.
 type pendingRepl struct {
 	need      int             // other nodes that must confirm
-	sent      []string        // nodes sent to, in order
-	confirmed map[string]bool // nodes that answered GOTJOB
-	wake      chan struct{}   // the Replicate call's, buffered 1
+	sent      []string        // nodes sent to, in order; only appended to
+	confirmed map[string]bool // nodes that answered GOTJOB; nil until one did
+	// list is nodeList's last result, still right while it is one longer
+	// than sent (sent only grows); read and written under Jobs.mu.
+	list []string
+	wake chan struct{} // the Replicate call's, buffered 1
 	// external: this node keeps no copy (jobs_external.go): need is
 	// Repl, and the copies' node list is sent alone.
 	external bool
@@ -424,13 +427,28 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 	self := j.self()
 	now := j.nowMillis()
 	prs := make([]*pendingRepl, len(jobs))
+	// One array of pendingRepls and one of their sent lists for the call
+	// (each list capped at its need: a node added later reallocates it),
+	// and confirmed made by the first GOTJOB (gotJobs): the origin paid
+	// about fifteen allocations a job here, each GC work later.
+	slab := make([]pendingRepl, len(jobs))
+	total := 0
+	for _, r := range jobs {
+		total += int(r.Job.Repl)
+	}
+	sentSlab := make([]string, 0, total)
 	short := false // a job has fewer planned nodes than it needs
 	for i, r := range jobs {
-		p := &pendingRepl{need: int(r.Job.Repl) - 1, confirmed: map[string]bool{}, wake: wake, external: external,
-			start: now, added: now}
+		p := &slab[i]
+		*p = pendingRepl{need: int(r.Job.Repl) - 1, wake: wake, external: external, start: now, added: now}
 		if external {
 			p.need++
-		} else {
+		}
+		if need := max(p.need, 0); len(sentSlab)+need <= cap(sentSlab) {
+			p.sent = sentSlab[len(sentSlab) : len(sentSlab) : len(sentSlab)+need]
+			sentSlab = sentSlab[:len(sentSlab)+need]
+		}
+		if !external {
 			// The nodes planned when it was stored (SyncNodes) first.
 			for _, n := range r.Job.Nodes {
 				if n != self && len(p.sent) < p.need && !slices.Contains(p.sent, n) {
@@ -559,14 +577,47 @@ const maxAddNodeAfter = 1000
 
 // pick returns up to n of from, not in except, in random order.
 func pick(from, except []string, n int) []string {
-	var cand []string
+	var scratch []string
+	return pickAppend(nil, from, except, n, &scratch)
+}
+
+// pickAppend appends to dst up to n of from, not in except, in random
+// order (a partial Fisher-Yates shuffle: every ordered choice equally
+// likely, as a whole shuffle's prefix), using *scratch for the candidates
+// so that a planner's round allocates them once, not once a job.
+func pickAppend(dst, from, except []string, n int, scratch *[]string) []string {
+	cand := (*scratch)[:0]
 	for _, id := range from {
 		if !slices.Contains(except, id) {
 			cand = append(cand, id)
 		}
 	}
-	rand.Shuffle(len(cand), func(a, b int) { cand[a], cand[b] = cand[b], cand[a] })
-	return cand[:min(n, len(cand))]
+	*scratch = cand
+	n = min(n, len(cand))
+	for k := range n {
+		r := k + rand.IntN(len(cand)-k)
+		cand[k], cand[r] = cand[r], cand[k]
+	}
+	return append(dst, cand[:n]...)
+}
+
+// pickEach is a planner's round: for each count, up to that many of from
+// chosen at random, each job's list its own (capped: an append to one
+// reallocates it) within one array for the round.
+func pickEach(from []string, need []int) [][]string {
+	out := make([][]string, len(need))
+	total := 0
+	for _, n := range need {
+		total += max(min(n, len(from)), 0)
+	}
+	slab := make([]string, 0, total)
+	scratch := make([]string, 0, len(from))
+	for i, n := range need {
+		start := len(slab)
+		slab = pickAppend(slab, from, nil, n, &scratch)
+		out[i] = slab[start:len(slab):len(slab)]
+	}
+	return out
 }
 
 // sendRepl sends each job to the nodes of its pendingRepl that have not
@@ -585,21 +636,29 @@ func (j *Jobs) sendRepl(jobs []queue.Replication, prs []*pendingRepl, nodes [][]
 		var list, targets []string
 		if prs != nil {
 			list = j.nodeList(prs[i])
-			for _, n := range prs[i].sent {
-				if !prs[i].confirmed[n] {
-					targets = append(targets, n)
+			if len(prs[i].confirmed) == 0 {
+				targets = prs[i].sent // only read below
+			} else {
+				for _, n := range prs[i].sent {
+					if !prs[i].confirmed[n] {
+						targets = append(targets, n)
+					}
 				}
 			}
 		} else {
 			list, targets = nodes[i], nodes[i][1:]
 		}
-		jc := *r.Job
-		jc.Nodes = list
+		job := r.Job
+		if !slices.Equal(job.Nodes, list) {
+			jc := *r.Job
+			jc.Nodes = list
+			job = &jc
+		}
 		for _, n := range targets {
 			if per[n] == nil {
 				order = append(order, n)
 			}
-			per[n] = append(per[n], replJob{Job: &jc, Body: r.Body})
+			per[n] = append(per[n], replJob{Job: job, Body: r.Body})
 		}
 	}
 	heads := make([]replHeader, len(order))
@@ -635,12 +694,7 @@ func (j *Jobs) ReplicateAsync(jobs []queue.Replication) [][]string {
 // the nodes whose link is up now, chosen at random, as Replicate chooses
 // a job's first nodes when none were planned.
 func (j *Jobs) SyncNodes(need []int) [][]string {
-	linked := j.linkedIDs()
-	out := make([][]string, len(need))
-	for i, n := range need {
-		out[i] = pick(linked, nil, n)
-	}
-	return out
+	return pickEach(j.linkedIDs(), need)
 }
 
 // AsyncNodes implements queue.AsyncPlanner: for each count, up to that
@@ -650,12 +704,7 @@ func (j *Jobs) SyncNodes(need []int) [][]string {
 // their answer, and a copy queued on a link being redialled arrives when
 // it is up.
 func (j *Jobs) AsyncNodes(need []int) [][]string {
-	reach := j.reachableIDs()
-	out := make([][]string, len(need))
-	for i, n := range need {
-		out[i] = pick(reach, nil, n)
-	}
-	return out
+	return pickEach(j.reachableIDs(), need)
 }
 
 // SendAsync implements queue.AsyncPlanner: the REPLJOB without GOTJOB of

@@ -60,11 +60,18 @@ func (j *Jobs) ReplicateExternalAsync(jobs []queue.Replication) [][]string {
 
 // nodeList is the node list a job's copies carry (nodes-delivered): this
 // node and the nodes sent to, or those alone when this node keeps no copy.
+//
+// The list is shared (the REPLJOBs' encoding and the call's result read it
+// while sent has not grown since): its callers never change it.
 func (j *Jobs) nodeList(p *pendingRepl) []string {
 	if p.external {
 		return slices.Clone(p.sent)
 	}
-	return append([]string{j.self()}, p.sent...)
+	if p.list == nil || len(p.list) != len(p.sent)+1 {
+		p.list = append(make([]string, 0, len(p.sent)+1), j.self())
+		p.list = append(p.list, p.sent...)
+	}
+	return p.list
 }
 
 // enqueues are ENQUEUE messages to send, per node.

@@ -301,6 +301,9 @@ func (j *Jobs) gotJobs(from string, ids []string, incarnation uint64) {
 			j.replRTT.Store(old + (max(now-p.start, 0)-old)/8)
 			j.rtt.observe(now - p.start)
 		}
+		if p.confirmed == nil {
+			p.confirmed = make(map[string]bool, p.need)
+		}
 		p.confirmed[from] = true
 		if len(p.confirmed) >= p.need {
 			wakeUp(p.wake)

@@ -229,3 +229,11 @@ func (j *Job) Events() []Event {
 	evs, n := events(j)
 	return append([]Event(nil), evs[:n]...)
 }
+
+// AppendEvents appends the job's events (as Events) to dst: with a
+// caller's array, no allocation (the broker's timers ask for every job
+// it changes).
+func (j *Job) AppendEvents(dst []Event) []Event {
+	evs, n := events(j)
+	return append(dst, evs[:n]...)
+}
