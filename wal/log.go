@@ -22,21 +22,8 @@ type Log struct {
 	// every lock of the log's callers (LOCKS.md), and only keptMu is taken
 	// under it; the writer goroutine never holds it while doing I/O, and
 	// the waits on cond release it.
-	mu sync.Mutex
-	// cond is broadcast when written, synced, pending or err change: it
-	// serves the rare waits (Enqueue's back-pressure, a read of a record
-	// not yet written). Wait and WaitSynced, one per command, park in
-	// waiters instead.
-	cond *sync.Cond
-	// waiters are the parked Wait and WaitSynced calls, each woken once:
-	// when its records are acknowledged (or the log fails), not at every
-	// change, so that a flush does not wake the next group's committers
-	// only for them to sleep again.
-	waiters []*waiter
-	// freeWaiters recycles waiters (a commit at pipeline 1 parks once).
-	// It is the log's own rather than a sync.Pool so that a log used in a
-	// synctest bubble never gets a channel made outside it.
-	freeWaiters chan *waiter
+	mu   sync.Mutex
+	cond *sync.Cond // broadcast when written, synced, pending or err change
 	// segs are the segments in log order; the last is the active one. A
 	// segment queued for creation is added by the writer once it exists.
 	segs []segment
@@ -105,20 +92,6 @@ type Log struct {
 
 	// fsyncs counts the fsyncs of segments (metrics).
 	fsyncs atomic.Int64
-	// waitWakeups counts the wake-ups of parked Wait and WaitSynced calls
-	// (one each: the tests check it).
-	waitWakeups atomic.Int64
-}
-
-// waiter is one parked Wait (or WaitSynced: synced) for the records below
-// end. Whoever acknowledges them, or fails the log, sets err, removes it
-// from Log.waiters and sends on wake, all under Log.mu; the woken call
-// reads err without the lock.
-type waiter struct {
-	end    LSN
-	synced bool
-	err    error
-	wake   chan struct{} // capacity 1
 }
 
 // span is the LSN range of one segment; end is 0 while the segment can
@@ -168,8 +141,6 @@ func Open(dir string, opts Options) (*Log, error) {
 		done:     make(chan struct{}),
 		tickerD:  make(chan struct{}),
 		syncNow:  make(chan struct{}, 1),
-
-		freeWaiters: make(chan *waiter, 256),
 	}
 	l.cond = sync.NewCond(&l.mu)
 	l.readers = readerCache{fs: fs, dir: dir, files: map[LSN]vfs.File{}, removed: map[LSN]bool{}}
@@ -444,72 +415,16 @@ func (l *Log) errLocked() error {
 // wrote it under SyncAlways, also fsynced.
 func (l *Log) Wait(end LSN) error {
 	l.mu.Lock()
-	if l.synced >= end || l.lazyEnd >= end {
-		l.mu.Unlock()
-		return nil
-	}
-	if err := l.err; err != nil {
-		l.mu.Unlock()
-		return err
-	}
-	return l.parkLocked(end, false)
-}
-
-// parkLocked parks the caller in waiters until wakeWaitersLocked wakes it,
-// and returns the error it was woken with. Called with mu held; returns
-// with it released.
-func (l *Log) parkLocked(end LSN, synced bool) error {
-	var w *waiter
-	select {
-	case w = <-l.freeWaiters:
-	default:
-		w = &waiter{wake: make(chan struct{}, 1)}
-	}
-	w.end, w.synced, w.err = end, synced, nil
-	l.waiters = append(l.waiters, w)
-	l.mu.Unlock()
-	<-w.wake
-	l.waitWakeups.Add(1)
-	err := w.err
-	w.err = nil
-	select {
-	case l.freeWaiters <- w:
-	default:
-	}
-	return err
-}
-
-// notifyLocked tells every waiter that the log's positions or its error
-// changed: the cond's waiters all, the parked Waits only if theirs are
-// acknowledged now.
-func (l *Log) notifyLocked() {
-	l.cond.Broadcast()
-	l.wakeWaitersLocked()
-}
-
-// wakeWaitersLocked wakes the parked calls whose records are acknowledged —
-// written or fsynced as for Wait, fsynced for WaitSynced — and, once the
-// log has failed, every other one with its error. The others stay parked.
-func (l *Log) wakeWaitersLocked() {
-	if len(l.waiters) == 0 {
-		return
-	}
-	acked := max(l.synced, l.lazyEnd)
-	kept := l.waiters[:0]
-	for _, w := range l.waiters {
-		switch {
-		case w.synced && l.synced >= w.end, !w.synced && acked >= w.end:
-			w.err = nil
-		case l.err != nil:
-			w.err = l.err
-		default:
-			kept = append(kept, w)
-			continue
+	defer l.mu.Unlock()
+	for {
+		if l.synced >= end || l.lazyEnd >= end {
+			return nil
 		}
-		w.wake <- struct{}{}
+		if l.err != nil {
+			return l.err
+		}
+		l.cond.Wait()
 	}
-	clear(l.waiters[len(kept):])
-	l.waiters = kept
 }
 
 // SetSync switches the fsync policy of the running log. Records the writer
@@ -527,7 +442,7 @@ func (l *Log) SetSync(p SyncPolicy) error {
 	old := l.policy
 	l.policy = p
 	idle := l.opts.ReadOnly || l.closed
-	l.notifyLocked()
+	l.cond.Broadcast()
 	l.mu.Unlock()
 	if idle || old == p || p != SyncAlways && old != SyncEverySec {
 		return nil
@@ -556,16 +471,12 @@ func (l *Log) Append(recs ...Record) (first, end LSN, err error) {
 // waits for it. Concurrent callers share fsyncs.
 func (l *Log) WaitSynced(end LSN) error {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if end > l.tail {
 		end = l.tail
 	}
 	if l.synced >= end {
-		l.mu.Unlock()
 		return nil
-	}
-	if err := l.err; err != nil {
-		l.mu.Unlock()
-		return err
 	}
 	if end > l.syncWanted {
 		l.syncWanted = end
@@ -574,7 +485,13 @@ func (l *Log) WaitSynced(end LSN) error {
 	case l.kick <- struct{}{}:
 	default:
 	}
-	return l.parkLocked(end, true)
+	for l.synced < end && l.err == nil {
+		l.cond.Wait()
+	}
+	if l.synced >= end {
+		return nil
+	}
+	return l.err
 }
 
 // Sync makes every record appended so far durable.
@@ -688,7 +605,7 @@ func (l *Log) flushPending() {
 		for _, c := range chunks {
 			l.pendingBytes -= len(c.data)
 		}
-		l.notifyLocked()
+		l.cond.Broadcast()
 		l.mu.Unlock()
 		return
 	}
@@ -803,7 +720,7 @@ func (l *Log) flushPending() {
 	if err != nil && l.err == nil {
 		l.poisonLocked(err, syncErr)
 	}
-	l.notifyLocked()
+	l.cond.Broadcast()
 }
 
 // keepChunks adds the chunks' bytes to what is kept until an fsync covers
@@ -832,7 +749,6 @@ func (l *Log) roll(first LSN, salt uint64) (synced bool, err error) {
 		l.keptMu.Lock()
 		l.kept.reset(first)
 		l.keptMu.Unlock()
-		l.notifyLocked()
 	}
 	l.mu.Unlock()
 	if err != nil {
@@ -916,7 +832,7 @@ func (l *Log) syncInBackground(h *syncHandle) {
 		l.keptMu.Unlock()
 		l.markIdleLocked()
 	}
-	l.notifyLocked()
+	l.cond.Broadcast()
 	l.mu.Unlock()
 }
 
@@ -946,7 +862,7 @@ func (l *Log) poison(err error, syncErr bool) {
 	if l.err == nil {
 		l.poisonLocked(err, syncErr)
 	}
-	l.notifyLocked()
+	l.cond.Broadcast()
 }
 
 func (l *Log) poisonLocked(err error, syncErr bool) {
@@ -997,7 +913,7 @@ func (l *Log) Close() error {
 	}
 	l.syncWanted = l.tail
 	l.closed = true
-	l.notifyLocked()
+	l.cond.Broadcast()
 	l.mu.Unlock()
 	var errs []error
 	if !ro {

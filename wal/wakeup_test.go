@@ -42,67 +42,6 @@ func (fs *syncGateFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, o ...v
 	return syncGateFile{f, fs}, nil
 }
 
-// TestWaitWakesOnlyTheWaitersWhoseRecordsAreDurable: under SyncAlways a
-// flush's fsync acknowledges the records it wrote, and only the Waits for
-// those are woken; a Wait for a record enqueued during that fsync (the next
-// group) sleeps on until its own fsync. The log once broadcast every
-// change to every waiter, which woke each of the next group's waiters once
-// for nothing (0.78 extra wake-ups per command at pipeline 1).
-func TestWaitWakesOnlyTheWaitersWhoseRecordsAreDurable(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		fs := &syncGateFS{FS: vfs.NewMem(), gate: make(chan struct{})}
-		opts := TestingOptions()
-		opts.FS, opts.Sync = fs, SyncAlways
-		l, err := Open("db", opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		fs.armed.Store(true)
-		_, endA, err := l.Enqueue(Record{Type: 1, Payload: []byte("a")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait() // the writer is in A's fsync
-		_, endB, err := l.Enqueue(Record{Type: 1, Payload: []byte("b")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doneA, doneB atomic.Bool
-		errs := make(chan error, 2)
-		go func() { errs <- l.Wait(endA); doneA.Store(true) }()
-		go func() { errs <- l.Wait(endB); doneB.Store(true) }()
-		synctest.Wait()
-		if doneA.Load() || doneB.Load() {
-			t.Fatal("a Wait returned before its record's fsync")
-		}
-
-		fs.gate <- struct{}{} // A's fsync returns; B's flush starts and is held in its fsync
-		synctest.Wait()
-		if !doneA.Load() || doneB.Load() {
-			t.Fatalf("after A's fsync: A's Wait returned %v (want true), B's %v (want false)", doneA.Load(), doneB.Load())
-		}
-		if got := l.waitWakeups.Load(); got != 1 {
-			t.Errorf("A's fsync woke %d Waits, want 1 (B's record is not durable yet)", got)
-		}
-
-		fs.gate <- struct{}{} // B's fsync returns
-		synctest.Wait()
-		if !doneB.Load() {
-			t.Fatal("B's Wait did not return after B's fsync")
-		}
-		for range 2 {
-			if err := <-errs; err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got := l.waitWakeups.Load(); got != 2 {
-			t.Errorf("%d wake-ups for 2 parked Waits, want 2", got)
-		}
-		fs.armed.Store(false)
-	})
-}
-
 // TestFailedFsyncWakesEveryWaiter: a failed fsync poisons the log and
 // every parked Wait and WaitSynced returns its error, also those whose
 // records the failed flush did not hold.
