@@ -121,20 +121,13 @@ type Server struct {
 	loneLeaving atomic.Bool
 	start       time.Time
 
-	mu      sync.Mutex
-	rs      *redcon.Server
-	ln      net.Listener
-	clients map[redcon.Conn]*client
-	closing bool
-	// running counts the handlers executing commands, and shutting mirrors
-	// closing for them: both are atomics so that a command takes no
-	// server-wide lock (every connection's goroutine, on every core, ran
-	// two Lock/Unlock pairs of mu per command for them). Close sets shutting
-	// under mu and then waits on idle, which a handler signals, under mu,
-	// when it brings running to 0 with shutting set.
-	running  atomic.Int64
-	shutting atomic.Bool
-	idle     *sync.Cond
+	mu       sync.Mutex
+	rs       *redcon.Server
+	ln       net.Listener
+	clients  map[redcon.Conn]*client
+	closing  bool
+	running  int             // handlers executing commands
+	idle     *sync.Cond      // signalled when running drops to 0
 	ctx      context.Context // cancelled by Close: wakes blocked GETJOBs
 	cancel   context.CancelFunc
 	port     int
@@ -186,9 +179,6 @@ type client struct {
 	// last flushed (the connection's goroutine only), so a GETJOB about to
 	// block flushes them first; without them it spares the write(2).
 	unflushed bool
-	// cmds is handle's buffer for the commands read together (the
-	// connection's goroutine only).
-	cmds []redcon.Command
 
 	mu         sync.Mutex
 	name       string
@@ -296,7 +286,6 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closing = true
-	s.shutting.Store(true)
 	rs := s.rs
 	s.mu.Unlock()
 	s.cancel()
@@ -306,7 +295,7 @@ func (s *Server) Close() error {
 	}
 	s.closeMonitors()
 	s.mu.Lock()
-	for s.running.Load() > 0 {
+	for s.running > 0 {
 		s.idle.Wait()
 	}
 	s.mu.Unlock()
@@ -378,35 +367,30 @@ func protectedDenied(listenHost, requirePass string, remote net.Addr) bool {
 // handle takes the command redcon read and every command read with it, so
 // that runs of pipelined ADDJOBs can share one commit.
 func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
-	cl, _ := conn.Context().(*client)
-	var cmds []redcon.Command
-	if cl != nil {
-		// The client's own slice, reused: nothing keeps cmds past this
-		// call, and it is cleared after it so that the arguments it held
-		// are not kept alive.
-		cmds = append(append(cl.cmds[:0], cmd), conn.ReadPipeline()...)
-		defer func() {
-			clear(cmds)
-			if cl.cmds = cmds[:0]; cap(cmds) > maxKeptCmds {
-				cl.cmds = nil // a long pipeline's: not kept
-			}
-		}()
-	} else {
-		cmds = append([]redcon.Command{cmd}, conn.ReadPipeline()...)
-	}
-	if cl != nil && cl.rejected != "" {
+	cmds := append([]redcon.Command{cmd}, conn.ReadPipeline()...)
+	if c, _ := conn.Context().(*client); c != nil && c.rejected != "" {
 		conn.Close() // already told why; what it sent has been read
 		return
 	}
-	s.running.Add(1)
-	defer s.handlerDone()
-	if s.shutting.Load() {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
 		for range cmds {
 			conn.WriteError(errShuttingDown)
 		}
 		conn.Close()
 		return
 	}
+	s.running++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.running--; s.running == 0 {
+			s.idle.Broadcast()
+		}
+		s.mu.Unlock()
+	}()
+	cl, _ := conn.Context().(*client)
 	var refused []bool
 	if lc := cl.limitConn(); lc != nil {
 		var charged int64
@@ -446,19 +430,6 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	}
 	if cl != nil {
 		cl.outBytes, cl.unflushed = 0, false // redcon flushes after the handler
-	}
-}
-
-// maxKeptCmds bounds the command buffer a connection keeps between reads.
-const maxKeptCmds = 64
-
-// handlerDone ends a handle: the last one to end once Close has begun
-// wakes Close.
-func (s *Server) handlerDone() {
-	if s.running.Add(-1) == 0 && s.shutting.Load() {
-		s.mu.Lock()
-		s.idle.Broadcast()
-		s.mu.Unlock()
 	}
 }
 

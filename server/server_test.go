@@ -239,9 +239,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 // TestCloseWaitsForTheCommandsRunning: Close returns only once every
-// command being executed has finished (a command counts itself in running
-// without any server-wide lock), and a command read after Close began is
-// refused.
+// command being executed has finished.
 func TestCloseWaitsForTheCommandsRunning(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -259,11 +257,16 @@ func TestCloseWaitsForTheCommandsRunning(t *testing.T) {
 	if _, err := c.Write([]byte("DEBUG SLEEP 0.3\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "DEBUG SLEEP to run", func() bool { return s.running.Load() == 1 })
+	running := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.running
+	}
+	eventually(t, "DEBUG SLEEP to run", func() bool { return running() == 1 })
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := s.running.Load(); n != 0 {
+	if n := running(); n != 0 {
 		t.Fatalf("Close returned with %d commands running", n)
 	}
 	if err := <-done; err != nil {
