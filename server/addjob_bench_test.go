@@ -56,8 +56,18 @@ func BenchmarkPINGPipelined(b *testing.B) {
 	benchPipelined(b, newBenchBroker(b), "+PONG", []byte("PING"))
 }
 
+// BenchmarkADDJOBPipeline1: ADDJOBs one at a time per client (issue 16's
+// add1), where every command pays the server's bookkeeping alone.
+func BenchmarkADDJOBPipeline1(b *testing.B) {
+	body := bytes.Repeat([]byte("x"), 64)
+	benchPipeline(b, 1, newBenchBroker(b), "+D-", []byte("ADDJOB"), []byte("bench"), body, []byte("0"))
+}
+
 func benchPipelined(b *testing.B, broker *queue.Broker, reply string, args ...[]byte) {
-	const pipeline = 16
+	benchPipeline(b, 16, broker, reply, args...)
+}
+
+func benchPipeline(b *testing.B, pipeline int, broker *queue.Broker, reply string, args ...[]byte) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

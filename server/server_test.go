@@ -237,3 +237,39 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond) // poll interval
 	}
 }
+
+// TestCloseWaitsForTheCommandsRunning: Close returns only once every
+// command being executed has finished.
+func TestCloseWaitsForTheCommandsRunning(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{})
+	s.SetBroker(newBroker(t))
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("DEBUG SLEEP 0.3\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	running := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.running
+	}
+	eventually(t, "DEBUG SLEEP to run", func() bool { return running() == 1 })
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := running(); n != 0 {
+		t.Fatalf("Close returned with %d commands running", n)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

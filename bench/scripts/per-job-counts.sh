@@ -5,6 +5,8 @@
 # its AOF fsyncs (/metrics diskque_aof_fsyncs_total), its context switches (every thread's
 # voluntary + involuntary, /proc/PID/task/*/status) and its CPU (user+system). Counts, unlike wall-clock
 # throughput, hardly move with the machine's load. QBENCH: the qbench binary (built from ../shared/peers/qbench).
+# WORKLOAD=add1 counts per ADDJOB instead (redis-benchmark, 50 clients, pipeline 1, N ADDJOBs, default 100000,
+# as single-ab.sh's add1). Besides the counts, the server's threads' involuntary switches are not told apart.
 set -u
 old=$1 new=$2 modes=${3:-"everysec always"} reps=${4:-2}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,6 +18,9 @@ if [ -z "$qbench" ]; then
   qbench=$work/qbench
 fi
 jobs=100000
+workload=${WORKLOAD:-getack1}
+[ "$workload" = add1 ] && jobs=${N:-100000}
+body=$(head -c 100 /dev/zero | tr '\0' x)
 freeport() { python3 -c '
 import socket,random
 while True:
@@ -42,10 +47,16 @@ for mode in $modes; do
       "$bin" --port $p --dir $d --appendonly yes --appendfsync $mode --metrics-addr 127.0.0.1:$((p+1)) >$d.log 2>&1 &
       pid=$!
       for i in $(seq 200); do redis-cli -p $p info persistence 2>/dev/null | grep -q "^loading:0" && break; sleep 0.05; done
-      "$qbench" -size 100 -addr 127.0.0.1:$p -mode add -n $jobs -conns 4 -pipeline 64 >/dev/null
-      s0=$(snap)
-      rate=$("$qbench" -size 100 -addr 127.0.0.1:$p -mode getack -count 1 -conns 50 | sed -n 's/.*rate=\([0-9]*\) jobs.*/\1/p')
-      s1=$(snap)
+      if [ "$workload" = add1 ]; then
+        s0=$(snap)
+        rate=$(redis-benchmark -p $p -c 50 -n $jobs -P 1 --csv ADDJOB q "$body" 0 2>/dev/null | tail -1 | cut -d, -f2 | tr -d '"' | cut -d. -f1)
+        s1=$(snap)
+      else
+        "$qbench" -size 100 -addr 127.0.0.1:$p -mode add -n $jobs -conns 4 -pipeline 64 >/dev/null
+        s0=$(snap)
+        rate=$("$qbench" -size 100 -addr 127.0.0.1:$p -mode getack -count 1 -conns 50 | sed -n 's/.*rate=\([0-9]*\) jobs.*/\1/p')
+        s1=$(snap)
+      fi
       echo "$s0 $s1" | awk -v b=$b -v m=$mode -v n=$jobs -v rate=$rate '{printf "%-8s %-3s jobs/s %6d  per job: reads %.2f writes %.2f fsyncs %.3f ctxsw %.2f cpu-us %.1f\n", m, b, rate, ($6-$1)/n, ($7-$2)/n, ($8-$3)/n, ($9-$4)/n, ($10-$5)*10000/n}'
       kill $pid; wait $pid 2>/dev/null; pid=; rm -rf $d
     done
