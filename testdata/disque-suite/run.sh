@@ -67,9 +67,16 @@ fail=0
 [ "$failed" -eq 0 ] || { echo "disque-suite: $failed unit(s) had a failing test:"; grep -B1 '(Jumping to next unit after error)' "$log" | grep -v '^--$' | grep -v 'Jumping'; fail=1; }
 [ "$started" -eq ${#units[@]} ] || { echo "disque-suite: $started of ${#units[@]} units started"; fail=1; }
 grep -q '^Cleaning up' "$log" || { echo "disque-suite: the suite did not reach its cleanup"; fail=1; }
-# Per unit: the unit's name and whether a test of it failed.
-awk '/^Testing unit: /{u=$3} /\(Jumping to next unit after error\)/{bad[u]=1} /^Testing unit: /{order[++n]=$3}
-	END{for(i=1;i<=n;i++) printf "disque-suite: %-28s %s\n", order[i], (order[i] in bad ? "FAIL" : "ok")}' "$log"
+# Per unit: ok, FAIL (a test of it failed), ABORTED (the suite stopped in it:
+# an error that was not an assertion, such as an error reply nothing caught)
+# or "not run" (a selected unit after an abort).
+awk -v rc="$rc" -v want="${units[*]}" '
+	/^Testing unit: /{u=$3; order[++n]=u}
+	/\(Jumping to next unit after error\)/{bad[u]="FAIL"}
+	END{if (rc != 0 && n > 0) bad[order[n]]="ABORTED"
+		m=split(want, w, " ")
+		for (i=1;i<=m;i++) { s="not run"; for (j=1;j<=n;j++) if (order[j]==w[i]) s=(w[i] in bad ? bad[w[i]] : "ok")
+			printf "disque-suite: %-28s %s\n", w[i], s }}' "$log"
 if [ "$fail" -ne 0 ]; then
 	echo "disque-suite: FAILED after ${elapsed}s; logs kept in $work (suite.log, tests/cluster/tmp/disque_N/log.txt)"
 	exit 1
