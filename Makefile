@@ -37,7 +37,7 @@ bench: build
 	mv bench/results/matrix.md.tmp bench/results/matrix.md
 
 # disque-suite runs Disque 1.0's own cluster test suite against bin/diskque-server
-# (README "Disque's cluster test suite"): DISQUE_TESTS is a copy of the suite,
+# (README "Developing"): DISQUE_TESTS is a copy of the suite,
 # DISQUE_UNITS a glob of units (default all). Not part of `make test`: CI has no
 # copy of the suite.
 DISQUE_TESTS ?=

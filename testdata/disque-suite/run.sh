@@ -6,7 +6,7 @@
 #
 # SUITE_DIR holds the suite as in Disque's repository: tests/instances.tcl,
 # tests/support/*.tcl and tests/cluster/{run.tcl,cluster.tcl,tests/...}
-# (README "Disque's cluster test suite" says where to get it). BIN defaults to
+# (README "Developing" says where to get it). BIN defaults to
 # bin/diskque-server. UNIT_GLOB (default: every unit) is matched by the suite's
 # --single option against the units' paths, e.g. '05-*' or '0[0-4]-*'.
 #
