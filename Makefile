@@ -5,7 +5,7 @@ BIN      := bin
 # -p 2 matches the 2-core machines we build on; -race needs cgo.
 TESTFLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: all build run cluster test bench gobench lint fmt fuzz clean
+.PHONY: all build run cluster test bench gobench lint fmt fuzz clean disque-suite
 
 all: build
 
@@ -35,6 +35,16 @@ bench: build
 		--server $(BIN)/diskque-server --json bench/results/matrix.json \
 		--chart bench/results/matrix.svg --chart-p99 bench/results/matrix-p99.svg > bench/results/matrix.md.tmp
 	mv bench/results/matrix.md.tmp bench/results/matrix.md
+
+# disque-suite runs Disque 1.0's own cluster test suite against bin/diskque-server
+# (README "Developing"): DISQUE_TESTS is a copy of the suite,
+# DISQUE_UNITS a glob of units (default all). Not part of `make test`: CI has no
+# copy of the suite.
+DISQUE_TESTS ?=
+DISQUE_UNITS ?=
+disque-suite: build
+	@[ -n "$(DISQUE_TESTS)" ] || { echo "set DISQUE_TESTS=dir (a copy of Disque's tests/, see README)"; exit 2; }
+	testdata/disque-suite/run.sh $(DISQUE_TESTS) $(BIN)/diskque-server $(DISQUE_UNITS)
 
 # gobench runs the Go micro-benchmarks (wal, storage, ...).
 gobench:
