@@ -287,6 +287,19 @@ func (s *Store) open() error {
 	// Point reads pay little for the deeper L0 (bloom filters); the stop
 	// threshold (l0StopWrites, 36) keeps Pebble's ratio of 3.
 	popts.L0CompactionThreshold = 12
+	// No tombstone-density compactions. A consumed backlog leaves a point
+	// tombstone per job key (random keys), so every table a consumer's
+	// flush writes is tombstone-dense, and Pebble compacts each such L0
+	// table at once with every table of the level below it overlaps — with
+	// random keys, all of them: the whole backlog is rewritten once per
+	// flush of the consume (400k queued jobs: 5 of them, 50 MB written
+	// while it ran). Left in L0, the tombstones go with the next L0
+	// compaction, which drops them with the keys they delete. What they slow
+	// until then is scans of job keys (JSCAN, rare): the queue and schedule
+	// keys a consumer deletes go as range deletions (write_buffer.go), and
+	// point reads step over a tombstone as over a key. bench/README.md,
+	// "tombstone-density compactions": consume −x% CPU per job.
+	popts.Experimental.TombstoneDenseCompactionThreshold = -1
 	// Pebble's write stalls are out of reach: a commit waits for a flush
 	// or a compaction before it takes the store's locks, never inside
 	// Pebble under them (backpressure.go). Its memtable threshold of 2 and
