@@ -387,6 +387,16 @@ func storageInfo(st *storage.Store) []string {
 	if total := m.BlockCache.Hits + m.BlockCache.Misses; total > 0 {
 		hitRate = float64(m.BlockCache.Hits) / float64(total)
 	}
+	// What Pebble wrote since the store opened: the flushes of memtables
+	// into L0 and the compactions' output, summed over the levels, so that a
+	// change to the index's options or keys can be weighed by the bytes it
+	// costs (bench/README.md).
+	var flushed, compacted, compactRead uint64
+	for _, l := range m.Levels {
+		flushed += l.TableBytesFlushed
+		compacted += l.TableBytesCompacted
+		compactRead += l.TableBytesRead
+	}
 	return []string{
 		fmt.Sprintf("segments:%d", len(stats.Segments)),
 		fmt.Sprintf("aof_bytes:%d", aofBytes),
@@ -396,6 +406,11 @@ func storageInfo(st *storage.Store) []string {
 		fmt.Sprintf("applied_lsn:%d", uint64(stats.Applied)),
 		fmt.Sprintf("index_size:%d", m.DiskSpaceUsage()),
 		fmt.Sprintf("index_l0_files:%d", m.Levels[0].TablesCount),
+		fmt.Sprintf("index_flushes:%d", m.Flush.Count),
+		fmt.Sprintf("index_flushed_bytes:%d", flushed),
+		fmt.Sprintf("index_compactions:%d", m.Compact.Count),
+		fmt.Sprintf("index_compacted_bytes:%d", compacted),
+		fmt.Sprintf("index_compaction_read_bytes:%d", compactRead),
 		fmt.Sprintf("memtable_bytes:%d", m.MemTable.Size),
 		fmt.Sprintf("index_write_buffer_bytes:%d", stats.WriteBufferBytes),
 		fmt.Sprintf("index_write_buffer_flushes:%d", stats.WriteBufferFlushes),

@@ -35,9 +35,9 @@ import (
 //     take the estimate and one write-buffer flush: the wait is before
 //     Store.mu, and a writer that passed it may still flush the buffer it
 //     finds full.
-//   - L0: while L0 has at least l0StopWrites sublevels (36, as Pebble's was:
-//     three times L0CompactionThreshold), a writer waits for a compaction
-//     to end. The sublevel count is read from DB.Metrics by a goroutine of
+//   - L0: while L0 has at least l0StopWrites sublevels (36, as Pebble's was;
+//     three times the 12 sublevels at which L0CompactionThreshold, 24, has
+//     Pebble compact L0), a writer waits for a compaction to end. The sublevel count is read from DB.Metrics by a goroutine of
 //     its own after every flush and compaction (it takes Pebble's DB.mu, so
 //     not from Pebble's callbacks, which hold it).
 //

@@ -211,7 +211,7 @@ func TestBackPressureL0(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	const limit = 13 // past L0CompactionThreshold (12): L0 gets compacted
+	const limit = 13 // past the 12 sublevels at which Pebble compacts L0 (L0CompactionThreshold 24)
 	s.room.mu.Lock()
 	s.room.l0Limit = limit
 	s.room.mu.Unlock()

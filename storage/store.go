@@ -280,13 +280,32 @@ func (s *Store) open() error {
 	popts.CacheSize = s.opts.CacheSize + 2*int64(s.opts.MemTableSize)
 	// Job keys are random, so every file flushed to L0 spans the whole job
 	// keyspace and every L0 → Lbase compaction rewrites all of Lbase's job
-	// keys. Letting L0 gather 12 files instead of Pebble's 4 before that
-	// compaction triples the data each rewrite absorbs: with a growing
-	// backlog it cut the server's CPU per ADDJOB by about 10% and raised
-	// ADDJOB throughput by as much, and left consumption unchanged (bench/README.md).
-	// Point reads pay little for the deeper L0 (bloom filters); the stop
-	// threshold (l0StopWrites, 36) keeps Pebble's ratio of 3.
-	popts.L0CompactionThreshold = 12
+	// keys: the fewer of them, the fewer times a backlog is rewritten.
+	// Pebble compacts L0 once its sublevels reach half this threshold (its
+	// score is 2 × depth / threshold). 12 (6 sublevels, against Pebble's 4)
+	// cut the CPU per ADDJOB of a growing backlog by about 10%; 24 (12
+	// sublevels, a third of the store's stop at l0StopWrites, 36) cut it by
+	// another 28% (2M ADDJOBs: 11.9 → 8.5 µs, 364 → 133 MB written by
+	// compactions), and it lets a fill of a few hundred thousand jobs
+	// wait in L0 until its consumer's tombstones join it, so that one
+	// compaction drops both instead of first rewriting the backlog into L6
+	// (200k and 400k queued, consumed: 12–69 MB → 0–9 MB written, −13% CPU
+	// per job; bench/README.md, "issue 16: L0 compaction threshold").
+	// Point reads pay little for the deeper L0 (bloom filters); a fill's
+	// scans of queue keys merge up to 12 sublevels.
+	popts.L0CompactionThreshold = 24
+	// No tombstone-density compactions. A consumed backlog leaves a point
+	// tombstone per job key (random keys), so every table a consumer's
+	// flush writes is tombstone-dense, and Pebble compacts each such L0
+	// table at once with the tables of the level below it overlaps — with
+	// random keys, all of them: the backlog is rewritten once per flush of
+	// the consume (400k queued jobs: 5 such compactions while it ran). Left
+	// in L0, the tombstones go with the next L0 compaction, which drops
+	// them with the keys they delete. What they slow until then is scans of
+	// job keys (JSCAN, rare): the queue and schedule keys a consumer deletes
+	// go as range deletions (write_buffer.go), and a point read steps over
+	// a tombstone as over a key.
+	popts.Experimental.TombstoneDenseCompactionThreshold = -1
 	// Pebble's write stalls are out of reach: a commit waits for a flush
 	// or a compaction before it takes the store's locks, never inside
 	// Pebble under them (backpressure.go). Its memtable threshold of 2 and
