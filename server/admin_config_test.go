@@ -274,11 +274,9 @@ func TestInfoStorage(t *testing.T) {
 		k, v, _ := strings.Cut(line, ":")
 		fields[k] = v
 	}
-<<<<<<< HEAD
-	for _, k := range []string{"segments", "aof_bytes", "live_bodies", "live_bytes", "applied_lsn", "index_size", "index_l0_files", "memtable_bytes", "index_write_buffer_bytes", "index_write_buffer_flushes", "index_write_stalls", "index_write_stall_ms"} {
-=======
-	for _, k := range []string{"segments", "aof_bytes", "live_bodies", "live_bytes", "applied_lsn", "index_size", "index_l0_files", "index_flushes", "index_flushed_bytes", "index_compactions", "index_compacted_bytes", "index_compaction_read_bytes", "memtable_bytes", "index_write_buffer_bytes", "index_write_buffer_flushes"} {
->>>>>>> consume
+	for _, k := range []string{"segments", "aof_bytes", "live_bodies", "live_bytes", "applied_lsn", "index_size", "index_l0_files",
+		"index_flushes", "index_flushed_bytes", "index_compactions", "index_compacted_bytes", "index_compaction_read_bytes",
+		"memtable_bytes", "index_write_buffer_bytes", "index_write_buffer_flushes", "index_write_stalls", "index_write_stall_ms"} {
 		if _, err := strconv.ParseInt(fields[k], 10, 64); err != nil {
 			t.Errorf("%s = %q, want an integer", k, fields[k])
 		}
