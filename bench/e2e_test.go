@@ -2,9 +2,11 @@ package bench
 
 import (
 	"encoding/json"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +86,42 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("delayed", func(t *testing.T) { testDelayed(t, bin) })
 	t.Run("restart", func(t *testing.T) { testRestart(t, bin, WorkloadProduce) })
 	t.Run("restart-delayed", func(t *testing.T) { testRestart(t, bin, WorkloadDelayed) })
+	t.Run("bus-port-taken", func(t *testing.T) { testBusPortTaken(t, bin) })
+}
+
+// testBusPortTaken: a server spawned on a port whose port + 10000 (a lone
+// node's default bus port) another process holds still starts: the bench
+// gives it a free bus port. Before, the restart workload's second exec on
+// the same port failed when that port had been taken meanwhile.
+func testBusPortTaken(t *testing.T, bin string) {
+	var port int
+	var held net.Listener
+	for range 20 {
+		p, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+10000))); err == nil {
+			port, held = p, l
+			break
+		}
+	}
+	if held == nil {
+		t.Fatal("no port whose port + 10000 could be held")
+	}
+	defer held.Close()
+	srv, err := spawn(ServerConfig{Target: TargetDiskque, Bin: bin, Dir: t.TempDir(), ReadyTimeout: 30 * time.Second}, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := srv.Stop(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	}()
+	if err := srv.waitReady(t.Context()); err != nil {
+		t.Fatalf("with its default bus port taken: %v", err)
+	}
 }
 
 func testDiskque(t *testing.T, bin string) {

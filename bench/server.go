@@ -111,6 +111,12 @@ func spawn(cfg ServerConfig, port int) (*Server, error) {
 		exited: make(chan struct{}),
 	}
 	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", cfg.Dir}, cfg.Args...)
+	if cfg.Target == TargetDiskque && !slices.Contains(cfg.Args, "--cluster-bus-port") {
+		// A lone node's bus port is port + 10000 by default, which
+		// nothing reserved: another process may hold it (a restart
+		// workload's second exec failed so). Any free one will do.
+		args = append(args, "--cluster-bus-port", "0")
+	}
 	s.cmd = exec.Command(cfg.Bin, args...)
 	s.cmd.Dir = cfg.Dir
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
