@@ -74,6 +74,15 @@ func TestInboxKeepsOrderAndBound(t *testing.T) {
 		}
 		ids = append(ids, r.ID)
 	}
+	// a tells b its incarnation once it sees b up (an empty GOTJOB,
+	// jobs_federation_first.go): let that in before the gate closes, or it
+	// waits in the inbox too and takes one of its places.
+	eventually(t, "a's incarnation told to b", func() bool {
+		b.jobs.mu.Lock()
+		defer b.jobs.mu.Unlock()
+		_, ok := b.jobs.fedFirst[a.id]
+		return ok
+	})
 	gate.close()
 	defer gate.open()
 	// Each batch: the job's SETACK, then its DELJOB. Applied out of order,
