@@ -348,33 +348,31 @@ func (d *msgDecoder) count(min int) int {
 	return int(n)
 }
 
-func (d *msgDecoder) str() string {
+// raw reads a length-prefixed string's bytes, aliasing the payload (nil
+// after an error): what str, bytes and strIn copy or look up.
+func (d *msgDecoder) raw() []byte {
 	n := d.uvarint()
 	if d.err == nil && n > uint64(len(d.b)) {
 		d.fail("short string")
-		return ""
 	}
 	if d.err != nil {
-		return ""
+		return nil
 	}
-	s := string(d.b[:n])
+	r := d.b[:n:n]
 	d.b = d.b[n:]
-	return s
+	return r
 }
+
+func (d *msgDecoder) str() string { return string(d.raw()) }
 
 // bytes reads a string's bytes into a new array.
 func (d *msgDecoder) bytes() []byte {
-	n := d.uvarint()
-	if d.err == nil && n > uint64(len(d.b)) {
-		d.fail("short string")
-		return nil
-	}
+	r := d.raw()
 	if d.err != nil {
 		return nil
 	}
-	b := make([]byte, n)
-	copy(b, d.b)
-	d.b = d.b[n:]
+	b := make([]byte, len(r))
+	copy(b, r)
 	return b
 }
 
@@ -390,16 +388,10 @@ const internMax = 16
 
 // strIn reads a string as str does, as the one in t when t has it.
 func (d *msgDecoder) strIn(t *internTable) string {
-	n := d.uvarint()
-	if d.err == nil && n > uint64(len(d.b)) {
-		d.fail("short string")
-		return ""
-	}
+	raw := d.raw()
 	if d.err != nil {
 		return ""
 	}
-	raw := d.b[:n]
-	d.b = d.b[n:]
 	for _, s := range t.strs[:t.n] {
 		if s == string(raw) { // compared without an allocation
 			return s
