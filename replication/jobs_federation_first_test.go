@@ -75,17 +75,7 @@ func TestFederationFirstGiveSkipsTheLookup(t *testing.T) {
 	if fast, slow := b.broker.Store().FirstAdds(); want < n || fast != want || slow != 0 {
 		t.Fatalf("B's first adds: %d fast, %d slow; want %d fast (jobs added after A's mark)", fast, slow, want)
 	}
-	if _, err := b.broker.Ack(ids); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "every copy collected", func() bool {
-		for _, id := range ids {
-			if a.state(t, id) != "" || b.state(t, id) != "" {
-				return false
-			}
-		}
-		return true
-	})
+	ackCollected(t, b, ids, a, b)
 }
 
 // TestFederationGivenAgainIsNotFirst: a job A gave B once (B among its

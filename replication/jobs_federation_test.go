@@ -85,17 +85,7 @@ func TestFederationGetJobOnAnotherNode(t *testing.T) {
 		t.Fatalf("B's stats: %+v", s)
 	}
 	// ACKJOB on B: A's copy is collected too.
-	if _, err := b.broker.Ack(ids); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "every copy collected", func() bool {
-		for _, id := range ids {
-			if a.state(t, id) != "" || b.state(t, id) != "" {
-				return false
-			}
-		}
-		return true
-	})
+	ackCollected(t, b, ids, a, b)
 }
 
 // TestFederationRetryZeroMovedOnce: at-most-once jobs on A consumed by
@@ -479,4 +469,23 @@ func TestNeedJobsWritesOneRecordAJob(t *testing.T) {
 			t.Fatalf("A's copy of %s after a restart: %+v", r.Job.ID, j)
 		}
 	}
+}
+
+// ackCollected acks ids on node on and waits until none of nodes holds a
+// copy of them: the ack collection reached every holder.
+func ackCollected(t *testing.T, on *jobsNode, ids []string, nodes ...*jobsNode) {
+	t.Helper()
+	if _, err := on.broker.Ack(ids); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "every copy collected", func() bool {
+		for _, id := range ids {
+			for _, nd := range nodes {
+				if nd.state(t, id) != "" {
+					return false
+				}
+			}
+		}
+		return true
+	})
 }
