@@ -190,14 +190,16 @@ func (b *Broker) ImportYourJobs(from string, jobs []Replica) ([]NeedJobsRequest,
 			nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == from })
 		}
 		j.Nodes, _ = mergeNodes(nodes, []string{self})
-		add := adds.AddReplica
+		var err error
 		if r.First != 0 {
 			// The giver minted it and never sent it anywhere: no lookup
 			// unless the store's guard knows of another add of the id
 			// (federation_first.go).
-			add = func(j *storage.Job, body []byte) error { return adds.AddReplicaFirst(j, body, r.First) }
+			err = adds.AddReplicaFirst(&j, r.Body, r.First)
+		} else {
+			err = adds.AddReplica(&j, r.Body)
 		}
-		if err := add(&j, r.Body); err != nil {
+		if err != nil {
 			continue // malformed: the sender's copy requeues after its RETRY
 		}
 		sent = append(sent, in)

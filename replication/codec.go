@@ -386,11 +386,15 @@ type internTable struct {
 
 const internMax = 16
 
-// strIn reads a string as str does, as the one in t when t has it.
+// strIn reads a string as str does, as the one in t when t has it (t nil:
+// str).
 func (d *msgDecoder) strIn(t *internTable) string {
 	raw := d.raw()
 	if d.err != nil {
 		return ""
+	}
+	if t == nil {
+		return string(raw)
 	}
 	for _, s := range t.strs[:t.n] {
 		if s == string(raw) { // compared without an allocation
@@ -446,12 +450,7 @@ func (d *msgDecoder) queueName() string { return d.queueNameIn(nil) }
 
 // queueNameIn is queueName, its string shared through t (if not nil).
 func (d *msgDecoder) queueNameIn(t *internTable) string {
-	var name string
-	if t != nil {
-		name = d.strIn(t)
-	} else {
-		name = d.str()
-	}
+	name := d.strIn(t)
 	if d.err == nil && (name == "" || len(name) > storage.MaxQueueNameLen) {
 		d.fail("bad queue name")
 	}
@@ -474,12 +473,7 @@ func (d *msgDecoder) nodesIn(t *internTable) []string {
 		ids = make([]string, 0, n)
 	}
 	for k := 0; k < n && d.err == nil; k++ {
-		var id string
-		if t != nil {
-			id = d.strIn(t)
-		} else {
-			id = d.str()
-		}
+		id := d.strIn(t)
 		if d.err == nil && !storage.ValidNodeID(id) {
 			d.fail("bad node id")
 		}

@@ -93,14 +93,8 @@ func newMetrics(s *Server) *metrics {
 			s.storeFigure(func(st storage.Stats) int64 { return st.WriteBufferFlushes })),
 		counter("diskque_index_write_stalls_total", "Index write stalls ended: spans in which writers waited for a memtable flush or an L0 compaction.",
 			s.storeFigure(func(st storage.Stats) int64 { return st.IndexStalls })),
-		counter("diskque_index_write_stall_seconds_total", "Summed length of the index write stalls.", func() float64 {
-			if ref := s.useBroker(); ref != nil {
-				b := ref.broker()
-				defer ref.done()
-				return b.Store().Stats().IndexStallTime.Seconds()
-			}
-			return 0
-		}),
+		counter("diskque_index_write_stall_seconds_total", "Summed length of the index write stalls.",
+			s.storeValue(func(st storage.Stats) float64 { return st.IndexStallTime.Seconds() })),
 		counter("diskque_gc_segments_removed_total", "AOF segments removed because no live job body was left in them.",
 			s.storeFigure(func(st storage.Stats) int64 { return st.Collect.SegmentsRemoved })),
 		counter("diskque_gc_bytes_reclaimed_total", "Bytes of the AOF segments removed.",
@@ -137,11 +131,16 @@ func counter(name, help string, f func() float64) prometheus.Collector {
 
 // storeFigure reads one figure of the store's Stats; 0 while loading.
 func (s *Server) storeFigure(f func(storage.Stats) int64) func() float64 {
+	return s.storeValue(func(st storage.Stats) float64 { return float64(f(st)) })
+}
+
+// storeValue is storeFigure for a figure that is not a count.
+func (s *Server) storeValue(f func(storage.Stats) float64) func() float64 {
 	return func() float64 {
 		if ref := s.useBroker(); ref != nil {
 			b := ref.broker()
 			defer ref.done()
-			return float64(f(b.Store().Stats()))
+			return f(b.Store().Stats())
 		}
 		return 0
 	}

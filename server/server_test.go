@@ -241,22 +241,9 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // TestCloseWaitsForTheCommandsRunning: Close returns only once every
 // command being executed has finished.
 func TestCloseWaitsForTheCommandsRunning(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(Options{})
+	s, addr := startServerOpts(t, "127.0.0.1:0", Options{}) // its cleanup checks Serve's error
 	s.SetBroker(newBroker(t))
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte("DEBUG SLEEP 0.3\r\n")); err != nil {
-		t.Fatal(err)
-	}
+	dialResp(t, addr).send("DEBUG SLEEP 0.3\r\n")
 	running := func() int {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -268,8 +255,5 @@ func TestCloseWaitsForTheCommandsRunning(t *testing.T) {
 	}
 	if n := running(); n != 0 {
 		t.Fatalf("Close returned with %d commands running", n)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 }

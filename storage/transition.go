@@ -226,8 +226,7 @@ func (p PauseState) String() string {
 // Events returns the schedule events the job has in its current state: its
 // delay (AwakeTime), retry (QueueTime) and ttl (Etime) times, those set.
 func (j *Job) Events() []Event {
-	evs, n := events(j)
-	return append([]Event(nil), evs[:n]...)
+	return j.AppendEvents(nil)
 }
 
 // AppendEvents appends the job's events (as Events) to dst: with a
