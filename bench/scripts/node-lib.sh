@@ -1,23 +1,25 @@
 # node-lib.sh: sourced by the single-node A/B scripts (consume-ab.sh, sustain-ab.sh): the steps each takes to
 # start one fresh diskque node and read its CPU and Pebble figures.
-# free_port: a port p such that p and p+10000 (the default bus port) are free on 127.0.0.1.
+# free_port: a port p such that p, p+1 (a metrics port) and p+10000 (the default bus port) are free on 127.0.0.1.
 free_port() { python3 -c '
 import socket,random
 while True:
     p=random.randint(21000,29000)
     try:
-        for q in (p,p+10000):
+        for q in (p,p+1,p+10000):
             s=socket.socket(); s.bind(("127.0.0.1",q)); s.close()
         print(p); break
     except OSError: pass'; }
 # start_node BIN MODE [FLAGS...]: a fresh server of BIN (appendfsync MODE, or the AOF off for memory) on a free
 # port, in a new temporary directory; sets p, d (the directory; its log is $d.log) and pid, and returns once
-# the server is loaded.
+# the server is loaded. PORT1 in a flag stands for p+1 (e.g. --metrics-addr 127.0.0.1:PORT1).
 start_node() {
-  local bin=$1 mode=$2; shift 2
+  local bin=$1 mode=$2 a; shift 2
   p=$(free_port); d=$(mktemp -d)
-  if [ "$mode" = memory ]; then "$bin" --port $p --dir $d --appendonly no "$@" >$d.log 2>&1 &
-  else "$bin" --port $p --dir $d --appendonly yes --appendfsync $mode "$@" >$d.log 2>&1 & fi
+  local flags=()
+  for a in "$@"; do flags+=("${a//PORT1/$((p+1))}"); done
+  if [ "$mode" = memory ]; then "$bin" --port $p --dir $d --appendonly no "${flags[@]}" >$d.log 2>&1 &
+  else "$bin" --port $p --dir $d --appendonly yes --appendfsync $mode "${flags[@]}" >$d.log 2>&1 & fi
   pid=$!
   for i in $(seq 200); do redis-cli -p $p info persistence 2>/dev/null | grep -q "^loading:0" && return 0; sleep 0.05; done
   echo "start failed: $bin $mode" >&2; return 1
