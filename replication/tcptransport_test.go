@@ -622,6 +622,22 @@ func TestTCPTransportConcurrentUse(t *testing.T) {
 			}
 		})
 	}
+	// The mover readdresses node-b and moves on once a message reached it
+	// at its new address (a fixed pause starved the dial under -cpu 1).
+	arrived := func(r *suiteRecorder) bool {
+		n, _ := r.count("node-a")
+		for {
+			m, next := r.count("node-a")
+			if m > n {
+				return true
+			}
+			select {
+			case <-stop:
+				return false
+			case <-next:
+			}
+		}
+	}
 	wg.Go(func() {
 		for i := 0; ; i++ {
 			select {
@@ -632,13 +648,17 @@ func TestTCPTransportConcurrentUse(t *testing.T) {
 			switch i % 3 {
 			case 0:
 				a.tr.SetPeer("node-b", b2.addr())
+				if !arrived(r2) {
+					return
+				}
 			case 1:
 				a.tr.RemovePeer("node-b")
 			case 2:
 				a.tr.SetPeer("node-b", b1.addr())
+				if !arrived(r1) {
+					return
+				}
 			}
-			// Polling: let some messages through between changes.
-			time.Sleep(10 * time.Millisecond)
 		}
 	})
 	suiteWaitUntil(t, "messages to flow", func() bool {

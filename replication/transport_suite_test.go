@@ -99,6 +99,14 @@ func (r *suiteRecorder) messages(from string) []Message {
 	return append([]Message(nil), r.got[from]...)
 }
 
+// count returns how many messages from has sent so far, and a channel
+// closed at the next message from anyone.
+func (r *suiteRecorder) count(from string) (int, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.got[from]), r.cond
+}
+
 // waitFor waits until from has sent at least n messages, and returns them.
 func (r *suiteRecorder) waitFor(t *testing.T, from string, n int) []Message {
 	t.Helper()
