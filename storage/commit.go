@@ -901,6 +901,7 @@ func (s *Store) flushBufferLocked() error {
 	b.Reset()
 	s.buf.reset()
 	s.buf.flushes++
+	s.releaseUnflushed = false
 	return nil
 }
 

@@ -58,6 +58,9 @@ type Store struct {
 	// Counters changed since the last buffer flush, which writes them.
 	dirtyQueues   map[string]struct{}
 	dirtySegments map[wal.LSN]struct{}
+	// releaseUnflushed: releaseHolds removed segments since the write
+	// buffer was last flushed into the index (close flushes it). Under mu.
+	releaseUnflushed bool
 	// upgradeFrom is the format of an older index Open marks format 4 after
 	// the log is open (upgradeIndex), and legacyHolds the holds its g/
 	// values counted without keys (format 3): deletion segment → creator
@@ -898,6 +901,9 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
+// maxCloseCheckpoints bounds the checkpoints a close runs (see close).
+const maxCloseCheckpoints = 4
+
 func (s *Store) close() error {
 	s.mu.Lock()
 	failed := s.failed
@@ -907,7 +913,25 @@ func (s *Store) close() error {
 	s.stopVerify()
 	var errs []error
 	if failed == nil {
-		errs = append(errs, s.Checkpoint())
+		err := s.Checkpoint()
+		// A checkpoint that removed segments leaves the release of the
+		// holds on them (and their accounting) in the write buffer, for
+		// the next checkpoint to flush. At close there is no next one: the
+		// index would close with deletion keys waiting for segments the
+		// log no longer has — Open releases them again, but Check of the
+		// stopped directory reports them. Another checkpoint flushes the
+		// release, and may find the deletions' own segments dead now; a
+		// few rounds, then Open finishes what is left.
+		for range maxCloseCheckpoints - 1 {
+			s.mu.Lock()
+			pending := s.releaseUnflushed
+			s.mu.Unlock()
+			if err != nil || !pending {
+				break
+			}
+			err = s.Checkpoint()
+		}
+		errs = append(errs, err)
 	}
 	// Operations (which check closed under mu) refuse from here on; then
 	// the reads that reach Pebble or the log without mu drain.
