@@ -41,7 +41,11 @@
 // does not fail the others), so a collection never fails a read. A
 // background loop checkpoints every CheckpointInterval and after
 // CheckpointBytes of AOF, so a restart replays a short tail whatever the
-// number of jobs. Close checkpoints, so a clean restart replays nothing.
+// number of jobs. Close checkpoints, so a clean restart replays nothing,
+// and checkpoints again while the segments a checkpoint removed still have
+// the release of their deletion keys in the write buffer (a few rounds at
+// most; Open releases what is left), so Check of a stopped directory finds
+// no deletion waiting for a segment the AOF no longer has.
 //
 // # The AOF stays the truth
 //
