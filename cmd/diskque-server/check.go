@@ -142,6 +142,9 @@ func printCheck(out io.Writer, dir string, rep *storage.CheckReport) {
 		}
 		fmt.Fprintln(out)
 	}
+	if rep.ReleasePending > 0 {
+		fmt.Fprintf(out, "index: %d deletion keys wait for segments already removed (the next start releases them)\n", rep.ReleasePending)
+	}
 	if rep.ProblemCount == 0 {
 		fmt.Fprintln(out, "index problems: none")
 	} else {
