@@ -113,16 +113,14 @@ func (r *suiteRecorder) waitFor(t *testing.T, from string, n int) []Message {
 	deadline := time.NewTimer(suiteDeadline)
 	defer deadline.Stop()
 	for {
-		r.mu.Lock()
-		got, cond := r.got[from], r.cond
-		r.mu.Unlock()
-		if len(got) >= n {
+		got, cond := r.count(from)
+		if got >= n {
 			return r.messages(from)
 		}
 		select {
 		case <-cond:
 		case <-deadline.C:
-			t.Fatalf("received %d messages from %s, want %d", len(got), from, n)
+			t.Fatalf("received %d messages from %s, want %d", got, from, n)
 		}
 	}
 }

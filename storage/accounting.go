@@ -285,7 +285,6 @@ func (s *Store) releaseHolds(removed []wal.LSN) error {
 			s.dirtySegments[r] = struct{}{}
 		}
 	}
-	s.releaseUnflushed = s.releaseUnflushed || len(removed) > 0
 	var errs []error
 	for _, c := range slices.Sorted(maps.Keys(heldOn)) {
 		p := holdPrefix(c)

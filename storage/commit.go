@@ -901,7 +901,6 @@ func (s *Store) flushBufferLocked() error {
 	b.Reset()
 	s.buf.reset()
 	s.buf.flushes++
-	s.releaseUnflushed = false
 	return nil
 }
 

@@ -58,9 +58,6 @@ type Store struct {
 	// Counters changed since the last buffer flush, which writes them.
 	dirtyQueues   map[string]struct{}
 	dirtySegments map[wal.LSN]struct{}
-	// releaseUnflushed: releaseHolds removed segments since the write
-	// buffer was last flushed into the index (close flushes it). Under mu.
-	releaseUnflushed bool
 	// upgradeFrom is the format of an older index Open marks format 4 after
 	// the log is open (upgradeIndex), and legacyHolds the holds its g/
 	// values counted without keys (format 3): deletion segment → creator
@@ -806,6 +803,13 @@ func (s *Store) flushIndex() error {
 	}
 }
 
+// segmentsRemoved is the count of segments checkpoints removed since Open.
+func (s *Store) segmentsRemoved() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.collected.SegmentsRemoved
+}
+
 // removeSegments removes the dead segments a checkpoint found, once it is
 // durable (and what forward wrote for them with it).
 func (s *Store) removeSegments(dead []wal.LSN) error {
@@ -901,9 +905,8 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// maxCloseCheckpoints bounds the checkpoints a close runs (see close); a
-// variable for the tests of what a close with one leaves.
-var maxCloseCheckpoints = 4
+// maxCloseCheckpoints bounds the checkpoints a close runs (see close).
+const maxCloseCheckpoints = 4
 
 func (s *Store) close() error {
 	s.mu.Lock()
@@ -914,23 +917,20 @@ func (s *Store) close() error {
 	s.stopVerify()
 	var errs []error
 	if failed == nil {
-		err := s.Checkpoint()
 		// A checkpoint that removed segments leaves the release of the
 		// holds on them (and their accounting) in the write buffer, for
 		// the next checkpoint to flush. At close there is no next one: the
 		// index would close with deletion keys waiting for segments the
 		// log no longer has — Open releases them again, but Check of the
-		// stopped directory reports them. Another checkpoint flushes the
-		// release, and may find the deletions' own segments dead now; a
-		// few rounds, then Open finishes what is left.
-		for range maxCloseCheckpoints - 1 {
-			s.mu.Lock()
-			pending := s.releaseUnflushed
-			s.mu.Unlock()
-			if err != nil || !pending {
+		// stopped directory counts them as pending. Another checkpoint
+		// flushes the release, and may find the deletions' own segments
+		// dead now; a few rounds, then Open finishes what is left.
+		var err error
+		for range maxCloseCheckpoints {
+			removed := s.segmentsRemoved()
+			if err = s.Checkpoint(); err != nil || s.segmentsRemoved() == removed {
 				break
 			}
-			err = s.Checkpoint()
 		}
 		errs = append(errs, err)
 	}
