@@ -154,13 +154,7 @@ func TestCheckFindsDamageAndInconsistencies(t *testing.T) {
 // index on disk lags the AOF; Check checks it as of its applied LSN and
 // finds nothing wrong.
 func TestCheckAcceptsAKilledStore(t *testing.T) {
-	fs := vfs.NewCrashableMem()
-	opts := crashOpts(fs, wal.SyncAlways)
-	s, err := Open(eqDir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	fs, opts, s := openCrashableStore(t)
 	checkFill(t, s)
 	churn(t, s, 50) // after the last checkpoint
 	for i := range 20 {
@@ -168,13 +162,7 @@ func TestCheckAcceptsAKilledStore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	killed := fs.CrashClone(vfs.CrashCloneCfg{})
-	kopts := opts
-	kopts.FS = killed
-	rep, err := Check(eqDir, kopts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := checkKilled(t, fs, opts)
 	if !rep.OK() || rep.Applied >= rep.AOFEnd {
 		t.Fatalf("check of a killed store: %+v (want OK, with a tail after the applied lsn)", rep)
 	}
@@ -307,13 +295,7 @@ func TestCheckAcceptsAStoreClosedAfterRemovingHeldSegments(t *testing.T) {
 // index (the release was still in the write buffer); Open releases them, so
 // Check counts them as pending, not as problems.
 func TestCheckAcceptsAStoreKilledAfterRemovingHeldSegments(t *testing.T) {
-	fs := vfs.NewCrashableMem()
-	opts := crashOpts(fs, wal.SyncAlways)
-	s, err := Open(eqDir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	fs, opts, s := openCrashableStore(t)
 	fillHeldSegments(t, s)
 	if err := s.Checkpoint(); err != nil {
 		t.Fatal(err)
@@ -321,12 +303,7 @@ func TestCheckAcceptsAStoreKilledAfterRemovingHeldSegments(t *testing.T) {
 	if s.segmentsRemoved() == 0 {
 		t.Fatal("the checkpoint removed no segment: the test proves nothing")
 	}
-	kopts := opts
-	kopts.FS = fs.CrashClone(vfs.CrashCloneCfg{})
-	rep, err := Check(eqDir, kopts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := checkKilled(t, fs, opts)
 	if !rep.OK() || rep.ReleasePending == 0 {
 		t.Fatalf("check of a store killed after a removal: %d problems %v, %d deletion keys pending release (want some)",
 			rep.ProblemCount, rep.Problems, rep.ReleasePending)
@@ -358,4 +335,31 @@ func fillHeldSegments(t *testing.T, s *Store) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// openCrashableStore opens a store with SyncAlways on a crashable in-memory
+// FS, closed when the test ends, for tests that check a kill-time clone.
+func openCrashableStore(t *testing.T) (*vfs.MemFS, Options, *Store) {
+	t.Helper()
+	fs := vfs.NewCrashableMem()
+	opts := crashOpts(fs, wal.SyncAlways)
+	s, err := Open(eqDir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return fs, opts, s
+}
+
+// checkKilled runs Check on what a kill at this instant would leave of fs:
+// only what was synced.
+func checkKilled(t *testing.T, fs *vfs.MemFS, opts Options) *CheckReport {
+	t.Helper()
+	kopts := opts
+	kopts.FS = fs.CrashClone(vfs.CrashCloneCfg{})
+	rep, err := Check(eqDir, kopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
