@@ -51,48 +51,15 @@ func (s *Store) forward(dead []wal.LSN) error {
 	for _, d := range dead {
 		going[d] = true
 	}
-	// last is, per job, the LSN of its last record in the segments going;
-	// deleted: that record is its DEL (a job of the id that lives now was
-	// added again after it, so it has no record there).
-	type seen struct {
-		last    wal.LSN
-		deleted bool
-	}
-	jobs := map[string]*seen{}
-	for _, first := range dead {
-		err := s.log.ScanSegment(first, func(lsn wal.LSN, r wal.Record) error {
-			id, err := recordJobID(r)
-			if err != nil {
-				return fmt.Errorf("storage: forward: record at lsn %d: %w", lsn, err)
-			}
-			if id == "" {
-				return nil // node, pause, flush and meta records: the META below
-			}
-			if r.Type == recTomb {
-				// The copy of an earlier deletion: of an incarnation gone,
-				// while a later one (added again) may have records here.
-				return nil
-			}
-			j := jobs[id]
-			if j == nil {
-				j = &seen{}
-				jobs[id] = j
-			}
-			j.last, j.deleted = lsn, r.Type == recDel
-			return nil
-		})
-		if errors.Is(err, wal.ErrNotFound) {
-			continue // removed meanwhile
-		}
-		if err != nil {
-			return err
-		}
+	jobs, err := s.forwardScan(dead)
+	if err != nil {
+		return err
 	}
 	var ops []*op
 	ids := make([]string, 0, len(jobs))
 	for id, j := range jobs {
 		if !j.deleted {
-			ids = append(ids, id)
+			ids = append(ids, string(id[:]))
 		}
 	}
 	slices.Sort(ids)
@@ -114,7 +81,7 @@ func (s *Store) forward(dead []wal.LSN) error {
 				survivor = max(survivor, c)
 			}
 		}
-		if jobs[id].last > survivor {
+		if jobs[fwdKeyOf(id)].last > survivor {
 			ops = append(ops, &op{typ: recSnap, id: id})
 		}
 	}
@@ -155,20 +122,83 @@ func (s *Store) forward(dead []wal.LSN) error {
 	return s.log.WaitSynced(end)
 }
 
+// fwdKey is a job id as a map key: an array, not a string, so that the
+// scan below converts no id to a string (an allocation per record).
+type fwdKey [JobIDLen]byte
+
+func fwdKeyOf(id string) (k fwdKey) {
+	copy(k[:], id)
+	return k
+}
+
+// fwdSeen is, per job, the LSN of its last record in the segments going;
+// deleted: that record is its DEL (a job of the id that lives now was added
+// again after it, so it has no record there).
+type fwdSeen struct {
+	last    wal.LSN
+	deleted bool
+}
+
+// forwardScan reads the segments dead and returns, per job with a record in
+// them, its last one there. The map is the store's, cleared and refilled by
+// every checkpoint (only the checkpoint calls this), so that a scan of a
+// segment's tens of thousands of records allocates nothing per record once
+// the map has grown to a checkpoint's size: the scan was 0.6 of the 11 µs of
+// CPU a job cost under producers and consumers at once.
+func (s *Store) forwardScan(dead []wal.LSN) (map[fwdKey]fwdSeen, error) {
+	if s.fwdJobs == nil {
+		s.fwdJobs = map[fwdKey]fwdSeen{}
+	}
+	jobs := s.fwdJobs
+	clear(jobs)
+	for _, first := range dead {
+		err := s.log.ScanSegment(first, func(lsn wal.LSN, r wal.Record) error {
+			id, err := recordJobIDBytes(r)
+			if err != nil {
+				return fmt.Errorf("storage: forward: record at lsn %d: %w", lsn, err)
+			}
+			if id == nil {
+				return nil // node, pause, flush and meta records: the META
+			}
+			if r.Type == recTomb {
+				// The copy of an earlier deletion: of an incarnation gone,
+				// while a later one (added again) may have records here.
+				return nil
+			}
+			jobs[fwdKey(id)] = fwdSeen{last: lsn, deleted: r.Type == recDel}
+			return nil
+		})
+		if errors.Is(err, wal.ErrNotFound) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return jobs, nil
+}
+
 // recordJobID returns the id of the job a record concerns ("" for the
 // node's and the queues' records) without decoding a body.
 func recordJobID(r wal.Record) (string, error) {
+	id, err := recordJobIDBytes(r)
+	return string(id), err
+}
+
+// recordJobIDBytes is recordJobID without the copy: the id aliases the
+// payload (nil for the node's and the queues' records).
+func recordJobIDBytes(r wal.Record) ([]byte, error) {
 	switch r.Type {
 	case recNode, recPause, recFlush, recMeta:
-		return "", nil
+		return nil, nil
 	case recAdd, recMoveFull, recSnap:
 		if len(r.Payload) < 1+JobIDLen {
-			return "", ErrBadRecord
+			return nil, ErrBadRecord
 		}
-		return string(r.Payload[1 : 1+JobIDLen]), nil
+		return r.Payload[1 : 1+JobIDLen], nil
 	}
 	if len(r.Payload) < JobIDLen {
-		return "", ErrBadRecord
+		return nil, ErrBadRecord
 	}
-	return string(r.Payload[:JobIDLen]), nil
+	return r.Payload[:JobIDLen], nil
 }

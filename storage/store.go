@@ -96,10 +96,13 @@ type Store struct {
 	durableApplied wal.LSN
 	collected      CollectStats // guarded by mu
 	ckptKick       chan struct{}
-	ckptStop       chan struct{}
-	ckptDone       chan struct{}
-	recoveryInfo   RecoveryInfo
-	verify         verifier // the background verification, see verify.go
+	// fwdJobs is forwardScan's map, kept between checkpoints so that it
+	// does not grow anew each time. Guarded by ckptMu.
+	fwdJobs      map[fwdKey]fwdSeen
+	ckptStop     chan struct{}
+	ckptDone     chan struct{}
+	recoveryInfo RecoveryInfo
+	verify       verifier // the background verification, see verify.go
 
 	// closeMu orders the reads that reach Pebble or the AOF without mu
 	// (a point read after the buffer, a body read, a scan of a segment)

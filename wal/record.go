@@ -79,21 +79,55 @@ func frameLen(hdr []byte) int64 { return int64(binary.LittleEndian.Uint32(hdr[4:
 // bytes of a job body that happen to look like a frame, or a frame of
 // another log, never are.
 //
-// The salt and the LSN go through the table a byte at a time, not through
-// crc32.Update: a slice of a local array handed to it escapes (its
+// It is the Castagnoli CRC of salt, lsn (both little-endian) and hdr[4:13],
+// 25 bytes, computed here eight bytes a step with slicing-by-8 tables, not
+// through crc32.Update: a slice of a local array handed to it escapes (its
 // hardware path is called through a function value), which made every
-// record written and every record read allocate 16 bytes — 2% of a
-// server's CPU under producers and consumers at once.
+// record written and read allocate, and for 9 bytes its call and dispatch
+// cost more than the table steps. The checksums are the same as ever.
 func headerCRC(salt uint64, lsn LSN, hdr []byte) uint32 {
+	_ = hdr[frameHeaderSize-1]
 	crc := ^uint32(0) // crc32.Update's pre- and post-inversion, by hand
-	for _, v := range [2]uint64{salt, uint64(lsn)} {
-		for range 8 { // little-endian, as binary.LittleEndian.PutUint64
-			crc = castagnoli[byte(crc)^byte(v)] ^ crc>>8
-			v >>= 8
+	crc = crc8(crc, salt)
+	crc = crc8(crc, uint64(lsn))
+	crc = crc8(crc, binary.LittleEndian.Uint64(hdr[4:12]))
+	crc = castagnoli8[0][byte(crc)^hdr[12]] ^ crc>>8
+	return ^crc
+}
+
+// crc8 advances a (pre-inverted) Castagnoli CRC over v's eight bytes,
+// little-endian.
+func crc8(crc uint32, v uint64) uint32 {
+	lo := crc ^ uint32(v)
+	hi := uint32(v >> 32)
+	t := &castagnoli8
+	return t[7][byte(lo)] ^ t[6][byte(lo>>8)] ^ t[5][byte(lo>>16)] ^ t[4][lo>>24] ^
+		t[3][byte(hi)] ^ t[2][byte(hi>>8)] ^ t[1][byte(hi>>16)] ^ t[0][hi>>24]
+}
+
+// castagnoli8 are the slicing-by-8 tables of the Castagnoli polynomial:
+// castagnoli8[0] is the byte-at-a-time table, and castagnoli8[k][b] the CRC
+// of byte b followed by k zero bytes.
+var castagnoli8 = func() (t [8][256]uint32) {
+	for b := range 256 {
+		crc := uint32(b)
+		for range 8 {
+			if crc&1 != 0 {
+				crc = crc>>1 ^ crc32.Castagnoli
+			} else {
+				crc >>= 1
+			}
+		}
+		t[0][b] = crc
+	}
+	for k := 1; k < 8; k++ {
+		for b := range 256 {
+			prev := t[k-1][b]
+			t[k][b] = t[0][byte(prev)] ^ prev>>8
 		}
 	}
-	return crc32.Update(^crc, castagnoli, hdr[4:frameHeaderSize])
-}
+	return t
+}()
 
 // appendFrame appends r's format-2 frame, to lie at lsn in a segment with
 // salt, to dst.
