@@ -60,7 +60,7 @@ type inboxes struct {
 }
 
 // inbox is one sender's batches not handled yet, oldest first; a handler
-// goroutine runs while it is not empty.
+// goroutine runs while it is not empty, and up to inboxLinger after.
 type inbox struct {
 	batches [][]Message
 	idle    bool          // its handler waits for a batch (inboxLinger)
