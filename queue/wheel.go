@@ -54,6 +54,7 @@ const (
 //     chained through next in no particular order; each entry's level, slot
 //     and pos say where it sits (slot entries are swap-deleted), and held
 //     counts them all.
+//   - while memoOK, index[memoID] is memoHead (nil: memoID not held).
 //
 // The index is keyed by id alone, not (id, kind), because the broker's
 // commonest call is RemoveAll of a job it holds nothing for — every new
@@ -79,6 +80,15 @@ type Wheel struct {
 	now   int64
 	index map[string]*wheelEntry // job id → its first entry
 	held  int                    // entries in index's chains
+
+	// memoID and memoHead remember the last id looked up in or written to
+	// index and its first entry (nil: not held), while memoOK. The events of
+	// one new copy (RemoveAll, then an Add per kind: syncTimersLocked) all
+	// name one id, and on a large wheel every index lookup is a cache miss:
+	// with the memo they cost the RemoveAll's lookup and the insert.
+	memoID   string
+	memoHead *wheelEntry
+	memoOK   bool
 
 	mask    [wheelLevels]uint64
 	slots   [wheelLevels][wheelSlots][]*wheelEntry
@@ -144,8 +154,7 @@ func (w *Wheel) Add(e storage.Event) bool {
 	} else {
 		en = &wheelEntry{}
 		if head == nil {
-			w.index[e.ID] = en
-			w.indexOps++
+			w.setHead(e.ID, en)
 		} else {
 			// After the head: no index write.
 			en.next, head.next = head.next, en
@@ -161,8 +170,7 @@ func (w *Wheel) Add(e storage.Event) bool {
 // (nil if none) and the entry before that one in the chain (nil if it is
 // the first).
 func (w *Wheel) find(id string, kind storage.EventKind) (head, en, prev *wheelEntry) {
-	head = w.index[id]
-	w.indexOps++
+	head = w.lookup(id)
 	for x := head; x != nil; prev, x = x, x.next {
 		if x.ev.Kind == kind {
 			return head, x, prev
@@ -179,13 +187,35 @@ func (w *Wheel) drop(id string, en, prev *wheelEntry) {
 	case prev != nil:
 		prev.next = en.next
 	case en.next != nil:
-		w.index[id] = en.next
-		w.indexOps++
+		w.setHead(id, en.next)
 	default:
-		delete(w.index, id)
-		w.indexOps++
+		w.setHead(id, nil)
 	}
 	en.next = nil
+}
+
+// lookup returns the first entry of job id (nil if none): from the memo
+// when it names id, else from index (remembered).
+func (w *Wheel) lookup(id string) *wheelEntry {
+	if w.memoOK && w.memoID == id {
+		return w.memoHead
+	}
+	head := w.index[id]
+	w.indexOps++
+	w.memoID, w.memoHead, w.memoOK = id, head, true
+	return head
+}
+
+// setHead makes en (nil: none) the first entry of job id in index, and
+// remembers it.
+func (w *Wheel) setHead(id string, en *wheelEntry) {
+	if en == nil {
+		delete(w.index, id)
+	} else {
+		w.index[id] = en
+	}
+	w.indexOps++
+	w.memoID, w.memoHead, w.memoOK = id, en, true
 }
 
 // Holds reports whether the wheel holds an event (id, kind).
@@ -208,8 +238,7 @@ func (w *Wheel) Remove(id string, kind storage.EventKind) bool {
 // RemoveAll removes every event of job id (of any kind) and returns how many
 // it removed. For an id not held it is one index lookup.
 func (w *Wheel) RemoveAll(id string) int {
-	head := w.index[id]
-	w.indexOps++
+	head := w.lookup(id)
 	if head == nil {
 		return 0
 	}
@@ -220,8 +249,7 @@ func (w *Wheel) RemoveAll(id string) int {
 		x.next = nil
 		x, n = next, n+1
 	}
-	delete(w.index, id)
-	w.indexOps++
+	w.setHead(id, nil)
 	w.held -= n
 	return n
 }

@@ -261,6 +261,9 @@ func (w *Wheel) checkInvariants() error {
 	if chained != w.held {
 		return fmt.Errorf("index chains hold %d entries, held says %d", chained, w.held)
 	}
+	if w.memoOK && w.index[w.memoID] != w.memoHead {
+		return fmt.Errorf("memo of %q says first entry %p, index has %p", w.memoID, w.memoHead, w.index[w.memoID])
+	}
 	checkIndex := func(en *wheelEntry) error {
 		if _, x, _ := w.find(en.ev.ID, en.ev.Kind); x != en {
 			return fmt.Errorf("entry %v is not the index's", en.ev)
@@ -722,5 +725,63 @@ func TestSyncTimersOfANewCopyAllocatesItsEntriesOnly(t *testing.T) {
 	})
 	if a > 2 {
 		t.Fatalf("syncTimersLocked of a job with 2 events: %.0f allocations, want 2 (its wheel entries)", a)
+	}
+}
+
+// TestWheelEventsOfOneJobCostOneLookup checks that the events of one new
+// copy — syncTimersLocked's RemoveAll of an id the wheel does not hold,
+// then an Add per event (retry, its WILLQUEUE, ttl) — cost one index
+// lookup and the insert of the id: each lookup of a large wheel's index is
+// a cache miss, and they all name one id.
+func TestWheelEventsOfOneJobCostOneLookup(t *testing.T) {
+	w := NewWheel(1000)
+	for i := range 100 {
+		w.Add(storage.Event{Due: 2000 + int64(i), Kind: storage.EventRetry, ID: fmt.Sprintf("other-%d", i)})
+	}
+	before := w.indexOps
+	w.RemoveAll("new")
+	w.Add(storage.Event{Due: 5000, Kind: storage.EventRetry, ID: "new"})
+	w.Add(storage.Event{Due: 4000, Kind: eventWillQueue, ID: "new"})
+	w.Add(storage.Event{Due: 9000, Kind: storage.EventTTL, ID: "new"})
+	if got := w.indexOps - before; got != 2 {
+		t.Fatalf("RemoveAll and three Adds of a new id: %d index operations, want 2 (a lookup and the insert)", got)
+	}
+	if err := w.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	// Another id's operations in between leave the memo true.
+	w.Remove("other-3", storage.EventRetry)
+	if !w.Holds("new", eventWillQueue) || w.Holds("other-3", storage.EventRetry) || !w.Remove("new", storage.EventRetry) {
+		t.Fatal("Holds or Remove wrong after another id's Remove")
+	}
+	if n := w.RemoveAll("new"); n != 2 || w.Holds("new", storage.EventTTL) || w.Len() != 99 {
+		t.Fatalf("RemoveAll removed %d, Len %d", n, w.Len())
+	}
+	if err := w.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkWheelNewCopy is what a replica's wheel does for every new copy
+// (syncTimersLocked): RemoveAll of a new id, then its retry, WILLQUEUE and
+// ttl events, on a wheel of 200k events (the index does not fit in cache).
+func BenchmarkWheelNewCopy(b *testing.B) {
+	const held = 200_000
+	w := NewWheel(1000)
+	ids := make([]string, held)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("D-%08x-%016x-SQ", i*2654435761, i)
+		w.Add(storage.Event{Due: 1000 + 3_600_000 + int64(i), Kind: storage.EventTTL, ID: ids[i]})
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		old := ids[i%held]
+		w.RemoveAll(old) // keeps the wheel's size
+		id := old + "n"
+		w.RemoveAll(id)
+		w.Add(storage.Event{Due: 1000 + 60_000, Kind: storage.EventRetry, ID: id})
+		w.Add(storage.Event{Due: 1000 + 55_000, Kind: eventWillQueue, ID: id})
+		w.Add(storage.Event{Due: 1000 + 3_600_000, Kind: storage.EventTTL, ID: id})
+		ids[i%held] = id
 	}
 }

@@ -1,6 +1,9 @@
 package replication
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // The inbox: a link's reader hands its batches to HandleBatchQueued,
 // which handles the batch's NEEDJOBS at once (needJobsFirst) and queues
@@ -28,9 +31,19 @@ import "sync"
 // inbox holds at most maxInboxBatches batches (each at most
 // maxBatchMessages messages and about maxBatchBytes of payload), and its
 // reader waits, as it did for the handler before, while the inbox is full.
+// The handler outlives an empty inbox by inboxLinger, so a sender under
+// load keeps one goroutine rather than starting one per batch.
 
 // maxInboxBatches bounds the batches one sender's inbox holds.
 const maxInboxBatches = 4
+
+// inboxLinger is how long a handler goroutine waits for its sender's next
+// batch once the inbox is empty, before it ends. Under load a sender's
+// batches come every few ms, often just after the last was handled: a
+// goroutine ending at each empty inbox meant a new goroutine (and its
+// stack growth) per batch. An idle sender costs one parked goroutine for
+// at most this long.
+const inboxLinger = 2 * time.Second
 
 // inboxes are the senders' inboxes (under their own lock, never taken
 // with Jobs.mu held; a handler goroutine takes Jobs.mu while it runs, not
@@ -41,13 +54,17 @@ type inboxes struct {
 	room    *sync.Cond // signalled when a batch leaves an inbox, or at close
 	byFrom  map[string]*inbox
 	closed  bool
+	done    chan struct{} // closed at Close: wakes the idle handlers at once
 	running sync.WaitGroup
+	started int // handler goroutines started; for tests
 }
 
 // inbox is one sender's batches not handled yet, oldest first; a handler
-// goroutine runs while it is not empty.
+// goroutine runs while it is not empty, and up to inboxLinger after.
 type inbox struct {
 	batches [][]Message
+	idle    bool          // its handler waits for a batch (inboxLinger)
+	wake    chan struct{} // one token: a batch came while idle
 }
 
 // HandleBatchQueued is the BatchHandler the daemon gives its transport:
@@ -65,6 +82,7 @@ func (j *Jobs) HandleBatchQueued(from string, ms []Message) {
 	if ib.room == nil {
 		ib.room = sync.NewCond(&ib.mu)
 		ib.byFrom = map[string]*inbox{}
+		ib.done = make(chan struct{})
 	}
 	box := ib.byFrom[from]
 	for box != nil && len(box.batches) >= maxInboxBatches && !ib.closed {
@@ -75,27 +93,62 @@ func (j *Jobs) HandleBatchQueued(from string, ms []Message) {
 		return
 	}
 	if box == nil {
-		box = &inbox{}
+		box = &inbox{wake: make(chan struct{}, 1)}
 		ib.byFrom[from] = box
 		ib.running.Add(1)
+		ib.started++
 		go j.drainInbox(from, box)
 	}
 	box.batches = append(box.batches, ms)
+	if box.idle {
+		box.idle = false
+		select {
+		case box.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // drainInbox handles from's queued batches in order — all those queued
-// at once as one batch — until its inbox is empty (or Jobs closes: the
-// rest are dropped, as HandleBatch would drop them), then ends; the next
-// batch starts another.
+// at once as one batch. When the inbox is empty it waits up to
+// inboxLinger for the next batch, then ends (the next batch starts
+// another); when Jobs closes it ends at once and the rest are dropped, as
+// HandleBatch would drop them.
 func (j *Jobs) drainInbox(from string, box *inbox) {
 	ib := &j.inboxes
 	defer ib.running.Done()
+	var linger *time.Timer
 	for {
 		ib.mu.Lock()
+		if len(box.batches) == 0 && !ib.closed {
+			box.idle = true
+			ib.mu.Unlock()
+			if linger == nil {
+				linger = time.NewTimer(inboxLinger)
+			} else {
+				linger.Reset(inboxLinger)
+			}
+			timedOut := false
+			select {
+			case <-box.wake:
+			case <-ib.done:
+			case <-linger.C:
+				timedOut = true
+			}
+			ib.mu.Lock()
+			box.idle = false
+			if len(box.batches) == 0 && !ib.closed && !timedOut {
+				ib.mu.Unlock()
+				continue // a stale token
+			}
+		}
 		if len(box.batches) == 0 || ib.closed {
 			delete(ib.byFrom, from)
 			ib.room.Broadcast()
 			ib.mu.Unlock()
+			if linger != nil {
+				linger.Stop()
+			}
 			return
 		}
 		// Every batch queued, as one: its runs of REPLJOBs and of acks
@@ -123,10 +176,11 @@ func (j *Jobs) drainInbox(from string, box *inbox) {
 func (j *Jobs) closeInboxes() {
 	ib := &j.inboxes
 	ib.mu.Lock()
-	ib.closed = true
-	if ib.room != nil {
+	if ib.room != nil && !ib.closed {
 		ib.room.Broadcast()
+		close(ib.done)
 	}
+	ib.closed = true
 	ib.mu.Unlock()
 	ib.running.Wait()
 }

@@ -1,11 +1,13 @@
 package replication
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/diskque/diskque/internal/leakcheck"
 	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/storage"
 )
@@ -174,5 +176,45 @@ func TestYourJobsAsksAgainBeforeTheImportIsDurable(t *testing.T) {
 	gate.open()
 	if d := <-got; len(d) != 1 || d[0].ID != r.ID {
 		t.Fatalf("the blocked GETJOB got %+v, want %s", d, r.ID)
+	}
+}
+
+// TestInboxHandlerOutlivesAnEmptyInbox: a sender's handler goroutine that
+// has emptied its inbox waits for the next batch (inboxLinger) instead of
+// ending, so a sender under load does not cost a goroutine per batch; and
+// Close ends a waiting handler at once, leaking nothing.
+func TestInboxHandlerOutlivesAnEmptyInbox(t *testing.T) {
+	leakcheck.Check(t)
+	c := fedCluster(t, 2)
+	a, b := c.nodes[0], c.nodes[1]
+	ib := &b.jobs.inboxes
+	waiting := func() bool {
+		ib.mu.Lock()
+		defer ib.mu.Unlock()
+		box := ib.byFrom[a.id]
+		return box == nil || box.idle && len(box.batches) == 0
+	}
+	for i := range 3 {
+		r := addJob(t, b, queue.AddRequest{Replicate: 1})
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		b.jobs.HandleBatchQueued(a.id, []Message{{Type: MsgSetAck, Payload: encodeSetAcks([]string{r.ID}, []int{2})}})
+		eventually(t, fmt.Sprintf("SETACK %d applied", i), func() bool {
+			j, err := b.st.Job(r.ID)
+			return err == nil && j.State == storage.StateAcked
+		})
+		eventually(t, "the handler done with the batch", waiting)
+	}
+	ib.mu.Lock()
+	started := ib.started
+	ib.mu.Unlock()
+	if started != 1 {
+		t.Fatalf("3 batches, one at a time: %d handler goroutines started, want 1", started)
+	}
+	begin := time.Now()
+	c.close(b)
+	if d := time.Since(begin); d > inboxLinger/2 {
+		t.Fatalf("Close took %v with a handler waiting for a batch", d)
 	}
 }
