@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,13 +56,45 @@ func heldFlushOptions(h *heldFlush) Options {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	waitForOrDump(t, what, cond, nil)
+}
+
+// waitForOrDump is waitFor that, at the deadline, logs every goroutine's
+// stack and state() (if not nil) before it fails: a wait that times out
+// in CI must say what was stuck where.
+func waitForOrDump(t *testing.T, what string, cond func() bool, state func() string) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if state != nil {
+				t.Logf("state: %s", state())
+			}
+			t.Logf("goroutines:\n%s", allStacks())
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond) // polling a condition with a deadline
 	}
+}
+
+// allStacks returns every goroutine's stack.
+func allStacks() []byte {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return buf[:n]
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// state describes the room, for a test that timed out.
+func (r *indexRoom) state() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return fmt.Sprintf("full=%v flushing=%v handed=%d memLimit=%d l0=%d l0Limit=%d stalls=%d stallStart=%v stallCount=%d stallTime=%v",
+		r.full.Load(), r.flushing, r.handed, r.memLimit, r.l0, r.l0Limit, r.stalls, r.stallStart, r.stallCount, r.stallTime)
 }
 
 // within fails the test unless ch delivers within 10 s.
@@ -414,7 +447,11 @@ func TestBackPressureStallIsCountedAndLogged(t *testing.T) {
 		t.Fatalf("%d stalls counted while the first is still going on", st.IndexStalls)
 	}
 	h.let()
-	waitFor(t, "the stall to end", func() bool { return s.Stats().IndexStalls > 0 })
+	waitForOrDump(t, "the stall to end", func() bool { return s.Stats().IndexStalls > 0 }, func() string {
+		m := s.db.Metrics()
+		return fmt.Sprintf("%s; pebble: memtables %d (%d bytes), flushes %d, L0 sublevels %d",
+			s.room.state(), m.MemTable.Count, m.MemTable.Size, m.Flush.Count, m.Levels[0].Sublevels)
+	})
 	stop.Store(true)
 	if err := within(t, "the writer", done); err != nil {
 		t.Fatal(err)
