@@ -26,6 +26,7 @@ type heldFlush struct {
 	blocked chan struct{} // closed when the first flush blocks
 	release chan struct{}
 	once    sync.Once
+	letOnce sync.Once
 }
 
 func newHeldFlush(err error) *heldFlush {
@@ -41,8 +42,9 @@ func newHeldFlush(err error) *heldFlush {
 	return h
 }
 
-// let lets the blocked flush go on.
-func (h *heldFlush) let() { close(h.release) }
+// let lets the blocked flush go on; a second let does nothing (a test
+// defers one so that a failure does not leave Close waiting for the flush).
+func (h *heldFlush) let() { h.letOnce.Do(func() { close(h.release) }) }
 
 func heldFlushOptions(h *heldFlush) Options {
 	opts := TestingOptions()
@@ -144,7 +146,7 @@ func TestBackPressureHoldsNoLock(t *testing.T) {
 	}()
 	within(t, "the first flush", h.blocked)
 	waitFor(t, "a commit waiting for the flush", func() bool {
-		return stackContains("storage.(*indexRoom).wait", "storage.(*Store).apply", mine) ||
+		return waitingForRoom("storage.(*Store).apply", mine) ||
 			stackContains("maybeInduceWriteStall", "storage.(*Store).apply", mine)
 	})
 	if stackContains("maybeInduceWriteStall", mine) {
@@ -210,12 +212,12 @@ func TestCheckpointFlushFails(t *testing.T) {
 	}()
 	within(t, "the first flush", h.blocked)
 	waitFor(t, "the writer to stop or wait", func() bool {
-		return stopped.Load() || stackContains("storage.(*indexRoom).wait", "storage.(*Store).apply", mine)
+		return stopped.Load() || waitingForRoom("storage.(*Store).apply", mine)
 	})
 	ckpt := make(chan error, 1)
 	go func() { ckpt <- s.Checkpoint() }()
 	waitFor(t, "the checkpoint to wait for the flush", func() bool {
-		return stackContains("storage.(*indexRoom).wait", "storage.(*Store).Checkpoint", mine) ||
+		return waitingForRoom("storage.(*Store).Checkpoint", mine) ||
 			stackContains("storage.(*Store).flushIndex", "storage.(*Store).Checkpoint", mine) ||
 			stackContains("maybeInduceWriteStall", "storage.(*Store).Checkpoint", mine)
 	})
@@ -268,7 +270,7 @@ func TestBackPressureL0(t *testing.T) {
 		added <- s.Add(newTestJob(s.NodeID(), "q", 5000*1_000_000, 60), []byte("b"))
 	}()
 	waitFor(t, "the commit to wait for a compaction", func() bool {
-		return stackContains("storage.(*indexRoom).wait", "storage.(*Store).apply", mine)
+		return waitingForRoom("storage.(*Store).apply", mine)
 	})
 	if j, err := s.Job(last.ID); err != nil || j == nil {
 		t.Fatalf("a read while a commit waits: %v, %v", j, err)
@@ -320,7 +322,7 @@ func backPressureWakesOnClose(t *testing.T, flushErr error) {
 	}()
 	within(t, "the first flush", h.blocked)
 	waitFor(t, "a commit waiting for the flush", func() bool {
-		return stackContains("storage.(*indexRoom).wait", "storage.(*Store).apply", mine)
+		return waitingForRoom("storage.(*Store).apply", mine)
 	})
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
@@ -328,7 +330,7 @@ func backPressureWakesOnClose(t *testing.T, flushErr error) {
 	// flushIndex): let it end.
 	waitFor(t, "Close to wait for the index flush", func() bool {
 		return stackContains("storage.(*Store).flushIndex", "storage.(*Store).close", mine) ||
-			stackContains("storage.(*indexRoom).wait", "storage.(*Store).close", mine)
+			waitingForRoom("storage.(*Store).close", mine)
 	})
 	if err := within(t, "the writer", done); !errors.Is(err, ErrClosed) {
 		t.Errorf("the writer: %v, want ErrClosed", err)
@@ -421,6 +423,7 @@ func TestBackPressureStallIsCountedAndLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	defer h.let()
 	s.room.mu.Lock()
 	s.room.logAfter = 0 // every stall is logged
 	s.room.mu.Unlock()
@@ -441,7 +444,7 @@ func TestBackPressureStallIsCountedAndLogged(t *testing.T) {
 	}()
 	within(t, "the first flush", h.blocked)
 	waitFor(t, "a commit waiting for the flush", func() bool {
-		return stackContains("storage.(*indexRoom).wait", "storage."+t.Name())
+		return waitingForRoom("storage." + t.Name())
 	})
 	if st := s.Stats(); st.IndexStalls != 0 {
 		t.Fatalf("%d stalls counted while the first is still going on", st.IndexStalls)
