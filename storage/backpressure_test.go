@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ type heldFlush struct {
 	blocked chan struct{} // closed when the first flush blocks
 	release chan struct{}
 	once    sync.Once
+	letOnce sync.Once
 }
 
 func newHeldFlush(err error) *heldFlush {
@@ -40,8 +42,9 @@ func newHeldFlush(err error) *heldFlush {
 	return h
 }
 
-// let lets the blocked flush go on.
-func (h *heldFlush) let() { close(h.release) }
+// let lets the blocked flush go on; a second let does nothing (a test
+// defers one so that a failure does not leave Close waiting for the flush).
+func (h *heldFlush) let() { h.letOnce.Do(func() { close(h.release) }) }
 
 func heldFlushOptions(h *heldFlush) Options {
 	opts := TestingOptions()
@@ -55,13 +58,45 @@ func heldFlushOptions(h *heldFlush) Options {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	waitForOrDump(t, what, cond, nil)
+}
+
+// waitForOrDump is waitFor that, at the deadline, logs every goroutine's
+// stack and state() (if not nil) before it fails: a wait that times out
+// in CI must say what was stuck where.
+func waitForOrDump(t *testing.T, what string, cond func() bool, state func() string) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if state != nil {
+				t.Logf("state: %s", state())
+			}
+			t.Logf("goroutines:\n%s", allStacks())
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond) // polling a condition with a deadline
 	}
+}
+
+// allStacks returns every goroutine's stack.
+func allStacks() []byte {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return buf[:n]
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// state describes the room, for a test that timed out.
+func (r *indexRoom) state() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return fmt.Sprintf("full=%v flushing=%v handed=%d memLimit=%d l0=%d l0Limit=%d stalls=%d stallStart=%v stallCount=%d stallTime=%v",
+		r.full.Load(), r.flushing, r.handed, r.memLimit, r.l0, r.l0Limit, r.stalls, r.stallStart, r.stallCount, r.stallTime)
 }
 
 // within fails the test unless ch delivers within 10 s.
@@ -111,7 +146,7 @@ func TestBackPressureHoldsNoLock(t *testing.T) {
 	}()
 	within(t, "the first flush", h.blocked)
 	waitFor(t, "a commit waiting for the flush", func() bool {
-		return stackContains("storage.(*indexRoom).wait", "storage.(*Store).apply", mine) ||
+		return waitingForRoom("storage.(*Store).apply", mine) ||
 			stackContains("maybeInduceWriteStall", "storage.(*Store).apply", mine)
 	})
 	if stackContains("maybeInduceWriteStall", mine) {
@@ -177,12 +212,12 @@ func TestCheckpointFlushFails(t *testing.T) {
 	}()
 	within(t, "the first flush", h.blocked)
 	waitFor(t, "the writer to stop or wait", func() bool {
-		return stopped.Load() || stackContains("storage.(*indexRoom).wait", "storage.(*Store).apply", mine)
+		return stopped.Load() || waitingForRoom("storage.(*Store).apply", mine)
 	})
 	ckpt := make(chan error, 1)
 	go func() { ckpt <- s.Checkpoint() }()
 	waitFor(t, "the checkpoint to wait for the flush", func() bool {
-		return stackContains("storage.(*indexRoom).wait", "storage.(*Store).Checkpoint", mine) ||
+		return waitingForRoom("storage.(*Store).Checkpoint", mine) ||
 			stackContains("storage.(*Store).flushIndex", "storage.(*Store).Checkpoint", mine) ||
 			stackContains("maybeInduceWriteStall", "storage.(*Store).Checkpoint", mine)
 	})
@@ -235,7 +270,7 @@ func TestBackPressureL0(t *testing.T) {
 		added <- s.Add(newTestJob(s.NodeID(), "q", 5000*1_000_000, 60), []byte("b"))
 	}()
 	waitFor(t, "the commit to wait for a compaction", func() bool {
-		return stackContains("storage.(*indexRoom).wait", "storage.(*Store).apply", mine)
+		return waitingForRoom("storage.(*Store).apply", mine)
 	})
 	if j, err := s.Job(last.ID); err != nil || j == nil {
 		t.Fatalf("a read while a commit waits: %v, %v", j, err)
@@ -287,7 +322,7 @@ func backPressureWakesOnClose(t *testing.T, flushErr error) {
 	}()
 	within(t, "the first flush", h.blocked)
 	waitFor(t, "a commit waiting for the flush", func() bool {
-		return stackContains("storage.(*indexRoom).wait", "storage.(*Store).apply", mine)
+		return waitingForRoom("storage.(*Store).apply", mine)
 	})
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
@@ -295,7 +330,7 @@ func backPressureWakesOnClose(t *testing.T, flushErr error) {
 	// flushIndex): let it end.
 	waitFor(t, "Close to wait for the index flush", func() bool {
 		return stackContains("storage.(*Store).flushIndex", "storage.(*Store).close", mine) ||
-			stackContains("storage.(*indexRoom).wait", "storage.(*Store).close", mine)
+			waitingForRoom("storage.(*Store).close", mine)
 	})
 	if err := within(t, "the writer", done); !errors.Is(err, ErrClosed) {
 		t.Errorf("the writer: %v, want ErrClosed", err)
@@ -388,6 +423,7 @@ func TestBackPressureStallIsCountedAndLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	defer h.let()
 	s.room.mu.Lock()
 	s.room.logAfter = 0 // every stall is logged
 	s.room.mu.Unlock()
@@ -408,13 +444,17 @@ func TestBackPressureStallIsCountedAndLogged(t *testing.T) {
 	}()
 	within(t, "the first flush", h.blocked)
 	waitFor(t, "a commit waiting for the flush", func() bool {
-		return stackContains("storage.(*indexRoom).wait", "storage."+t.Name())
+		return waitingForRoom("storage." + t.Name())
 	})
 	if st := s.Stats(); st.IndexStalls != 0 {
 		t.Fatalf("%d stalls counted while the first is still going on", st.IndexStalls)
 	}
 	h.let()
-	waitFor(t, "the stall to end", func() bool { return s.Stats().IndexStalls > 0 })
+	waitForOrDump(t, "the stall to end", func() bool { return s.Stats().IndexStalls > 0 }, func() string {
+		m := s.db.Metrics()
+		return fmt.Sprintf("%s; pebble: memtables %d (%d bytes), flushes %d, L0 sublevels %d",
+			s.room.state(), m.MemTable.Count, m.MemTable.Size, m.Flush.Count, m.Levels[0].Sublevels)
+	})
 	stop.Store(true)
 	if err := within(t, "the writer", done); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package storage
 import (
 	"bytes"
 	"errors"
-	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -12,16 +11,29 @@ import (
 // stackContains reports whether some goroutine's stack holds every one of
 // frames.
 func stackContains(frames ...string) bool {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
+	return goroutineMatches(allStacks(), "", frames...)
+}
+
+// waitingForRoom reports whether a goroutine whose stack holds every one
+// of frames is blocked in indexRoom.wait's select, waiting for index room.
+// Its frame alone is not enough: a writer that runs or is preempted in
+// wait's fast path (the index has room) shows it too, and a test that took
+// that for a stalled writer let the held flush go before any stall began
+// (TestBackPressureStallIsCountedAndLogged then waited for a stall to end
+// that never started).
+func waitingForRoom(frames ...string) bool {
+	return goroutineMatches(allStacks(), " [select", append([]string{"storage.(*indexRoom).wait"}, frames...)...)
+}
+
+// goroutineMatches reports whether a goroutine of stacks (runtime.Stack's
+// dump of all) has state in its header line (any, if empty) and every one
+// of frames in its stack.
+func goroutineMatches(stacks []byte, state string, frames ...string) bool {
+	for g := range bytes.SplitSeq(stacks, []byte("\n\n")) {
+		header, _, _ := bytes.Cut(g, []byte("\n"))
+		if state != "" && !bytes.Contains(header, []byte(state)) {
+			continue
 		}
-		buf = make([]byte, 2*len(buf))
-	}
-	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
 		all := true
 		for _, f := range frames {
 			if !bytes.Contains(g, []byte(f)) {
@@ -68,7 +80,7 @@ func TestFencedFlushUnderWriteStall(t *testing.T) {
 	// The commits wait for the flush: in the store's back-pressure (or,
 	// as they once did, in Pebble's write stall under Store.mu).
 	waitFor(t, "a commit waiting for the flush", func() bool {
-		return stackContains("storage.(*indexRoom).wait", "storage.(*Store).apply", mine) ||
+		return waitingForRoom("storage.(*Store).apply", mine) ||
 			stackContains("maybeInduceWriteStall", "storage.(*Store).apply", mine)
 	})
 	h.let() // the flush fails: the store must fail, not hang
