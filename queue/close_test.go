@@ -45,6 +45,13 @@ func TestCloseStopsRunAndWakesWaiters(t *testing.T) {
 		errc <- err
 	}()
 	waitFor(t, "the GETJOB never blocked", func() bool { return f.b.Stats().BlockedClients == 1 })
+	// The first Run must own the loop before the second is called: else the
+	// second becomes the loop and never returns (seen on a loaded machine).
+	waitFor(t, "the first Run never started", func() bool {
+		f.b.mu.Lock()
+		defer f.b.mu.Unlock()
+		return f.b.running
+	})
 	// A second Run must not take Run's place (nor close done twice).
 	returnsWithin(t, 10*time.Second, "a second Run", f.b.Run)
 	returnsWithin(t, 10*time.Second, "Close", f.b.Close)
