@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,5 +143,41 @@ func TestClusteredNodeLowersMemoryLimit(t *testing.T) {
 			t.Fatalf("node 0 did not log the clustered floor %q; its memory limit lines:\n%s", want, strings.Join(lines, "\n"))
 		}
 		time.Sleep(10 * time.Millisecond) // polling the log, with a deadline
+	}
+}
+
+var idleSink [][]byte
+
+// TestIdleNodeReleasesHeap: after a burst leaves more than idleExcess of
+// garbage, the first quiet tick frees the heap once; a busy tick does not,
+// and neither does a quiet tick with nothing to give back.
+func TestIdleNodeReleasesHeap(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // the garbage stays until the tuner collects it
+	frees := 0
+	tu := newMemLimitTuner(func() int64 { return memLimitLone })
+	tu.free = func() { frees++; debug.FreeOSMemory() }
+	if tu.releaseIfIdle() {
+		t.Fatal("the first call released: it has no allocation count to compare with")
+	}
+	burst := func() {
+		for range 64 {
+			idleSink = append(idleSink, make([]byte, 1<<20))
+		}
+		idleSink = nil // 64 MiB of garbage
+	}
+	burst()
+	if tu.releaseIfIdle() || frees != 0 {
+		t.Fatalf("released while busy (64 MiB allocated since the last tick), frees %d", frees)
+	}
+	if !tu.releaseIfIdle() || frees != 1 {
+		t.Fatalf("quiet tick after a burst: released %v times, want once", frees)
+	}
+	if tu.releaseIfIdle() || frees != 1 {
+		t.Fatalf("released again with nothing to give back: %d frees", frees)
+	}
+	burst()
+	tu.releaseIfIdle()
+	if !tu.releaseIfIdle() || frees != 2 {
+		t.Fatalf("second burst: %d frees, want 2", frees)
 	}
 }
