@@ -98,7 +98,11 @@ func (j *Jobs) handleCollectRun(from string, ms []Message) {
 			continue
 		}
 		for k, id := range c.ids {
-			ops = append(ops, queue.CollectOp{ID: id, Delete: c.del, Search: !c.del && c.mayhave[k] == 0})
+			op := queue.CollectOp{ID: id, Delete: c.del, Search: !c.del && c.mayhave[k] == 0}
+			if !c.del && c.mayhave[k] == 2 {
+				op.Pair = from // ackgc_pair.go
+			}
+			ops = append(ops, op)
 		}
 		acks = acks || !c.del && len(c.ids) > 0
 		msgs = append(msgs, c)
@@ -106,6 +110,7 @@ func (j *Jobs) handleCollectRun(from string, ms []Message) {
 	if len(ops) == 0 {
 		return
 	}
+	j.unpairCollected(ops) // ackgc_pair.go
 	res, durable, err := j.broker.RemoteCollect(ops)
 	if err == nil && acks {
 		err = durable()
