@@ -102,6 +102,14 @@ func (j *Jobs) handleCollectRun(from string, ms []Message) {
 			if !c.del && c.mayhave[k] == 2 {
 				op.Pair = from // ackgc_pair.go
 			}
+			if !c.del && c.mayhave[k] != 0 && j.gone.has(id) {
+				// Ended here (a pair's delete whose SETACK came
+				// again, a DELJOB before a late SETACK): no dummy
+				// ack is needed to turn a late copy away, the gone
+				// set does, and one left would wait for a
+				// collection of its own. Answered "not known".
+				op.Search = true
+			}
 			ops = append(ops, op)
 		}
 		acks = acks || !c.del && len(c.ids) > 0

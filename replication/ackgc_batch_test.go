@@ -72,6 +72,26 @@ func TestSetAckOfAPairWritesOneRecord(t *testing.T) {
 	}
 }
 
+// TestSetAckAgainAfterThePairDeleteLeavesNoDummy: a SETACK resent (its
+// GOTACK slow or lost) after the pair's delete finds the id among the
+// ended ones and leaves no dummy ack, which only a collection of its own
+// would clear; it is answered "not known".
+func TestSetAckAgainAfterThePairDeleteLeavesNoDummy(t *testing.T) {
+	c := newTestCluster(t, 2, -1)
+	a, b := c.nodes[0], c.nodes[1]
+	ids := heldCopies(t, a, b, 1)
+	set := Message{Type: MsgSetAck, Payload: encodeSetAcks(ids, []int{2})}
+	b.jobs.HandleBatch(a.id, []Message{set})
+	b.jobs.HandleBatch(a.id, []Message{set})
+	if got := b.state(t, ids[0]); got != "" {
+		t.Fatalf("copy %s: state %q after its pair's SETACK twice, want nothing left", ids[0], got)
+	}
+	eventually(t, "the GOTACKs", func() bool { return a.jobs.Stats().GotAcksReceived == 2 })
+	if n := b.jobs.Stats().PendingAcks; n != 0 {
+		t.Fatalf("the holder keeps %d collections", n)
+	}
+}
+
 // TestSetAckOfAThreeHolderCopyAcks: a copy that names a third holder is
 // acked at SETACK, not deleted, whatever the sender's mayhave.
 func TestSetAckOfAThreeHolderCopyAcks(t *testing.T) {
