@@ -27,9 +27,11 @@ import "github.com/diskque/diskque/queue"
 //     QUEUED, a second SETACK) with "acked". Both node lists are these two
 //     nodes, and each is a superset of the nodes its holder ever sent the
 //     job to, so no third node holds a copy to ask; a repeated SETACK
-//     from the collector finds nothing and leaves a dummy ack answered
-//     "not known", which the DELJOB clears — the path a crash after the
-//     delete took before as well.
+//     from the collector (its GOTACK slow or lost) finds the id in the
+//     gone set and is answered "not known" with no dummy ack left
+//     (ackgc_batch.go), which counts as an answer all the same. (After a
+//     restart here the set is empty: it leaves a dummy, which the
+//     DELJOB clears — the path a crash after the delete took before.)
 //   - It let this node start a collection of its own if the DELJOB did
 //     not come (a held collection): that is for nodes the collector might
 //     not know, and with lists of exactly these two there are none. The
