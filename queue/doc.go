@@ -192,7 +192,9 @@
 // finds) (remote.go); RemoteCollect applies
 // the SETACKs and DELJOBs of one link read as one batch, in order, the
 // durability left to the caller (an ack a later DELJOB of the batch
-// deletes is not written), and DeleteCollected deletes jobs whose
+// deletes is not written; a SETACK op with Pair whose copy here names
+// only this node and Pair is a delete instead of an ack), and
+// DeleteCollected deletes jobs whose
 // collection ended without waiting: their ack here is durable already
 // (remote_collect.go).
 //

@@ -19,6 +19,13 @@ type CollectOp struct {
 	// Search: the SETACK is a dummy ack's search (mayhave 0), so an id
 	// unknown here leaves nothing (RemoteSetAckKnown), not a dummy ack.
 	Search bool
+	// Pair is the SETACK's sender when it says two nodes may hold the job
+	// (mayhave 2) and no collection of the job runs here. If the copy
+	// here is unacked and names exactly this node and Pair as its
+	// holders, it is deleted instead of acked: one record where the ack
+	// and the DELJOB's delete were two (Collected.Deleted; why that is
+	// safe: replication/ackgc_pair.go).
+	Pair string
 }
 
 // Collected is the outcome of one SETACK op of RemoteCollect.
@@ -29,6 +36,9 @@ type Collected struct {
 	// id or an at-most-once one): its Nodes and IsDummyAck tell the
 	// caller who else to collect from.
 	Job *storage.Job
+	// Deleted: the op's Pair matched and the copy here is deleted, not
+	// acked (Job is then the copy as the ack would have left it).
+	Deleted bool
 }
 
 // RemoteCollect applies ops in their order as one store batch: each SETACK
@@ -71,7 +81,26 @@ func (b *Broker) RemoteCollect(ops []CollectOp) (res []Collected, durable func()
 	batch := b.st.NewBatch()
 	var at []int                     // batch op → ops index
 	inBatch := make([]int, len(ops)) // ops index → batch op, -1: not written
+	var seen map[string]int          // with a Pair op: id → its first op
+	paired := map[int]bool{}         // ops index → deleted as a pair
+	self := b.NodeID()
 	for i, o := range ops {
+		first := -1
+		if o.Pair != "" || seen != nil {
+			if seen == nil {
+				seen = map[string]int{}
+				for k := range i {
+					if _, ok := seen[ops[k].ID]; !ok {
+						seen[ops[k].ID] = k
+					}
+				}
+			}
+			if k, ok := seen[o.ID]; ok {
+				first = k
+			} else {
+				seen[o.ID] = i
+			}
+		}
 		switch {
 		case o.Delete:
 			batch.Delete(o.ID)
@@ -80,6 +109,14 @@ func (b *Broker) RemoteCollect(ops []CollectOp) (res []Collected, durable func()
 			// the job is reported from the delete's result below.
 			inBatch[i] = -1
 			continue
+		case first >= 0 && paired[first]:
+			// The same SETACK twice in the run: the first deleted the
+			// copy, this one reports the same.
+			inBatch[i] = -1
+			continue
+		case first < 0 && b.pairLocked(o, self):
+			batch.Delete(o.ID)
+			paired[i] = true
 		default:
 			batch.Ack(o.ID)
 		}
@@ -116,13 +153,22 @@ func (b *Broker) RemoteCollect(ops []CollectOp) (res []Collected, durable func()
 		if r.Old.State == storage.StateQueued {
 			b.unqueuedLocked(r.Old)
 		}
-		if !o.Delete {
+		switch {
+		case paired[i]:
+			acked := *r.Old
+			acked.State = storage.StateAcked
+			res[i] = Collected{Known: true, Job: &acked, Deleted: true}
+		case !o.Delete:
 			res[i] = Collected{Known: !r.Old.IsDummyAck(), Job: r.Job}
 		}
 	}
 	// The acks not written: their job as the delete found it, acked.
 	for i := range ops {
 		if inBatch[i] >= 0 {
+			continue
+		}
+		if nextDel[i] == 0 {
+			res[i] = res[seen[ops[i].ID]] // a paired SETACK's repeat
 			continue
 		}
 		if old := results[inBatch[nextDel[i]]].Old; old != nil {
@@ -169,6 +215,22 @@ func (b *Broker) RemoteCollect(ops []CollectOp) (res []Collected, durable func()
 		}
 		return nil
 	}, nil
+}
+
+// pairLocked reports whether SETACK op o deletes its copy here rather than
+// acking it (CollectOp.Pair): an unacked job, not a dummy, whose holders
+// are exactly this node and the sender. The job is usually in the cache
+// here (the giver's copy of a job it just moved); a miss is the read the
+// ack's resolve would have made.
+func (b *Broker) pairLocked(o CollectOp, self string) bool {
+	if o.Pair == "" || o.Pair == self {
+		return false
+	}
+	j, err := b.st.Job(o.ID)
+	if err != nil || j.State == storage.StateAcked || j.IsDummyAck() || len(j.Nodes) != 2 {
+		return false
+	}
+	return j.Nodes[0] == self && j.Nodes[1] == o.Pair || j.Nodes[0] == o.Pair && j.Nodes[1] == self
 }
 
 // DeleteCollected deletes acked jobs whose collection finished here (every

@@ -98,7 +98,19 @@ func (j *Jobs) handleCollectRun(from string, ms []Message) {
 			continue
 		}
 		for k, id := range c.ids {
-			ops = append(ops, queue.CollectOp{ID: id, Delete: c.del, Search: !c.del && c.mayhave[k] == 0})
+			op := queue.CollectOp{ID: id, Delete: c.del, Search: !c.del && c.mayhave[k] == 0}
+			if !c.del && c.mayhave[k] == 2 {
+				op.Pair = from // ackgc_pair.go
+			}
+			if !c.del && c.mayhave[k] != 0 && j.gone.has(id) {
+				// Ended here (a pair's delete whose SETACK came
+				// again, a DELJOB before a late SETACK): no dummy
+				// ack is needed to turn a late copy away, the gone
+				// set does, and one left would wait for a
+				// collection of its own. Answered "not known".
+				op.Search = true
+			}
+			ops = append(ops, op)
 		}
 		acks = acks || !c.del && len(c.ids) > 0
 		msgs = append(msgs, c)
@@ -106,6 +118,7 @@ func (j *Jobs) handleCollectRun(from string, ms []Message) {
 	if len(ops) == 0 {
 		return
 	}
+	j.unpairCollected(ops) // ackgc_pair.go
 	res, durable, err := j.broker.RemoteCollect(ops)
 	if err == nil && acks {
 		err = durable()

@@ -345,7 +345,12 @@
 //     (queue.Broker.RemoteCollect), with one durability wait before the
 //     one GOTACK that answers all its SETACKs; an ack whose job a DELJOB
 //     of the same read deletes is not written (the delete, durable
-//     before the GOTACK, promises the same). Its GOTACKs are one: the
+//     before the GOTACK, promises the same). A SETACK that says two
+//     nodes may hold the job (mayhave 2), for an unacked copy here that
+//     names exactly this node and the sender, deletes the copy instead of
+//     acking it (ackgc_pair.go: one record, not an ack and later a
+//     delete; the GOTACK says known and the sender's DELJOB finds
+//     nothing, so the messages are those of any version). Its GOTACKs are one: the
 //     jobs they finish go in one DELJOB per holder and one delete here.
 //     No delete of the collection is waited for, the collector's
 //     (Broker.DeleteCollected) or a DELJOB's: each follows an ack durable

@@ -21,7 +21,9 @@ import "sync"
 // of them (JobsStats.
 // LateCopiesDropped; no GOTJOB: nothing waits for an ended job's). The
 // same set answers FASTDEL's resends: an id in it needs no dummy ack
-// (jobs_fastack.go delJobs).
+// (jobs_fastack.go delJobs), and so are a SETACK's for a job ended here
+// (a pair's delete at SETACK whose SETACK came again: ackgc_pair.go,
+// ackgc_batch.go), which leaves no dummy ack either.
 // The memory is bounded (maxGoneIDs, the oldest forgotten first) and not
 // kept across a restart, which loses nothing: a restart breaks the links,
 // and what was queued on them is dropped, not delivered late.

@@ -336,10 +336,14 @@ func (j *Jobs) gotJobs(from string, ids []string, incarnation uint64) {
 // those of the other SETACKs of the run, in one message.
 func (j *Jobs) answerSetAcks(from string, ids []string, mayhave []int, res []queue.Collected) (answer []string, answerKnown []bool) {
 	var collect, held []*storage.Job
-	var dummies []string
+	var dummies, deleted []string
 	for i, id := range ids {
 		job, known := res[i].Job, res[i].Known
 		switch {
+		case res[i].Deleted:
+			// The pair's copy here is deleted, durably (ackgc_pair.go):
+			// nothing is left here to collect or to wait on.
+			deleted = append(deleted, id)
 		case job == nil:
 			// Not here (a search's unknown id, an at-most-once one), or
 			// deleted by a DELJOB read with this SETACK: nothing to collect.
@@ -360,6 +364,9 @@ func (j *Jobs) answerSetAcks(from string, ids []string, mayhave []int, res []que
 	}
 	// Recorded before the GOTACK goes, so the DELJOB it brings finds
 	// the collections and ends them.
+	if len(deleted) > 0 {
+		j.gone.add(deleted) // jobs_gone.go: as a DELJOB's deletes
+	}
 	j.heldAcked(from, held, dummies, j.cfg.Now())
 	if len(collect) > 0 {
 		j.Acked(collect)

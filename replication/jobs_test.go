@@ -129,10 +129,11 @@ func TestReplJobTwiceAndLate(t *testing.T) {
 	if got := b.state(t, job.ID); got != "active" {
 		t.Fatalf("copy state %q", got)
 	}
-	// Acked by SETACK, then the REPLJOB again: still acked.
+	// Deleted by its pair's SETACK (ackgc_pair.go), then the REPLJOB
+	// again: still gone.
 	b.jobs.Handle(a.id, Message{Type: MsgSetAck, Payload: encodeSetAcks([]string{job.ID}, []int{2})})
 	b.jobs.Handle(a.id, msg)
-	if got := b.state(t, job.ID); got != "acked" {
+	if got := b.state(t, job.ID); got != "" {
 		t.Fatalf("after SETACK and a late REPLJOB: %q", got)
 	}
 	// SETACK of an unknown job leaves a dummy ack that blocks its REPLJOB.

@@ -30,8 +30,10 @@ func TestSetAckOfACopyAckedAlreadyAnswersKnown(t *testing.T) {
 		return false
 	}
 	c.mu.Unlock()
-	ids := heldCopies(t, a, b, 2)
-	set := Message{Type: MsgSetAck, Payload: encodeSetAcks(ids[:1], []int{2})}
+	// A third holder in the lists, so the copy is acked rather than
+	// deleted as a pair's (ackgc_pair.go).
+	ids := heldCopiesWith(t, a, b, 2, "0123456789abcdef0123456789abcdef01234567")
+	set := Message{Type: MsgSetAck, Payload: encodeSetAcks(ids[:1], []int{3})}
 	b.jobs.HandleBatch(a.id, []Message{set})
 	b.jobs.HandleBatch(a.id, []Message{set})
 	// The same id twice in one read, its sender knowing fewer holders
