@@ -25,8 +25,12 @@ import "sync"
 // (a pair's delete at SETACK whose SETACK came again: ackgc_pair.go,
 // ackgc_batch.go), which leaves no dummy ack either.
 // The memory is bounded (maxGoneIDs, the oldest forgotten first) and not
-// kept across a restart, which loses nothing: a restart breaks the links,
-// and what was queued on them is dropped, not delivered late.
+// kept across a restart, which loses nothing: what a peer queued for this
+// node while it restarted is either dropped or carried by the redial, in
+// the order it was sent and at most DownQueueTimeout late (doc.go), so a
+// copy sent before its job ended still arrives before the message from
+// the same peer that ends it; and the node that ended a job sends no copy
+// of it afterwards.
 
 // maxGoneIDs bounds goneIDs: about 100 bytes an id, 13 MB in all. An id
 // forgotten costs nothing while its copies are sent at once; a FASTDEL
