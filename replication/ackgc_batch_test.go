@@ -39,12 +39,7 @@ func heldCopiesWith(t *testing.T, origin, holder *jobsNode, n int, more ...strin
 // other holder sends the SETACK deletes it at once (one record), answers
 // GOTACK known, and the DELJOB that follows writes nothing.
 func TestSetAckOfAPairWritesOneRecord(t *testing.T) {
-	c := newTestCluster(t, 2, -1)
-	a, b := c.nodes[0], c.nodes[1]
-	ids := heldCopies(t, a, b, 2)
-	delOnly := aofGrowth(t, b, func() {
-		b.jobs.HandleBatch(a.id, []Message{{Type: MsgDelJob, Payload: encodeIDs(ids[:1])}})
-	})
+	a, b, ids, delOnly := pairAndOneDelete(t)
 	gotAcks := a.jobs.Stats().GotAcksReceived
 	setAck := aofGrowth(t, b, func() {
 		b.jobs.HandleBatch(a.id, []Message{{Type: MsgSetAck, Payload: encodeSetAcks(ids[1:], []int{2})}})
@@ -116,17 +111,27 @@ func aofGrowth(t *testing.T, nd *jobsNode, f func()) int64 {
 	return int64(nd.st.Stats().AOFEnd) - before
 }
 
+// pairAndOneDelete makes two nodes holding two copies whose node lists
+// are exactly the pair (a the origin), and measures what b's log grows
+// by for a DELJOB of the first: one DEL record, the unit the tests
+// compare with.
+func pairAndOneDelete(t *testing.T) (a, b *jobsNode, ids []string, delOnly int64) {
+	t.Helper()
+	c := newTestCluster(t, 2, -1)
+	a, b = c.nodes[0], c.nodes[1]
+	ids = heldCopies(t, a, b, 2)
+	delOnly = aofGrowth(t, b, func() {
+		b.jobs.HandleBatch(a.id, []Message{{Type: MsgDelJob, Payload: encodeIDs(ids[:1])}})
+	})
+	return a, b, ids, delOnly
+}
+
 // TestSetAckThenDelJobInOneReadWritesOnlyTheDelete: a holder whose link
 // read a SETACK and then the DELJOB of the same job does not write the
 // ack: one DEL record, as for a DELJOB alone, and the GOTACK still goes,
 // "known", once the delete is durable.
 func TestSetAckThenDelJobInOneReadWritesOnlyTheDelete(t *testing.T) {
-	c := newTestCluster(t, 2, -1)
-	a, b := c.nodes[0], c.nodes[1]
-	ids := heldCopies(t, a, b, 2)
-	delOnly := aofGrowth(t, b, func() {
-		b.jobs.HandleBatch(a.id, []Message{{Type: MsgDelJob, Payload: encodeIDs(ids[:1])}})
-	})
+	a, b, ids, delOnly := pairAndOneDelete(t)
 	gotAcks := a.jobs.Stats().GotAcksReceived
 	both := aofGrowth(t, b, func() {
 		b.jobs.HandleBatch(a.id, []Message{
