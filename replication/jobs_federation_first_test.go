@@ -87,9 +87,12 @@ func TestFederationGivenAgainIsNotFirst(t *testing.T) {
 	addJob(t, a, queue.AddRequest{Body: []byte("warm"), Replicate: 1})
 	drainOn(t, b, 1)
 	eventually(t, "A learns B's incarnation", func() bool { return a.jobs.firstGive(b.id).Incarnation != 0 })
-	id := addJob(t, a, queue.AddRequest{Body: []byte("x"), Replicate: 1}).ID
+	// Another queue than the warm one: a NEEDJOBS of B's for "q" still
+	// on its way (B asks again while its GETJOB waits) would take the job
+	// before the direct gives below.
+	id := addJob(t, a, queue.AddRequest{Queue: "q2", Body: []byte("x"), Replicate: 1}).ID
 	fg := a.jobs.firstGive(b.id)
-	give, err := a.broker.RemoteNeedJobsFirst(b.id, "q", 5, fg)
+	give, err := a.broker.RemoteNeedJobsFirst(b.id, "q2", 5, fg)
 	if err != nil || len(give) != 1 || give[0].Job.ID != id || give[0].First != fg.Incarnation {
 		t.Fatalf("first give: %+v, %v", give, err)
 	}
@@ -97,7 +100,7 @@ func TestFederationGivenAgainIsNotFirst(t *testing.T) {
 	if n, err := a.broker.Enqueue([]string{id}); err != nil || n != 1 {
 		t.Fatalf("ENQUEUE on A: %d, %v", n, err)
 	}
-	again, err := a.broker.RemoteNeedJobsFirst(b.id, "q", 5, fg)
+	again, err := a.broker.RemoteNeedJobsFirst(b.id, "q2", 5, fg)
 	if err != nil || len(again) != 1 || again[0].First != 0 {
 		t.Fatalf("second give: %+v, %v", again, err)
 	}
