@@ -55,6 +55,7 @@ func (s *Store) forward(dead []wal.LSN) error {
 	if err != nil {
 		return err
 	}
+	defer s.releaseForwardScan()
 	var ops []*op
 	ids := make([]string, 0, len(jobs))
 	for id, j := range jobs {
@@ -141,7 +142,8 @@ type fwdSeen struct {
 
 // forwardScan reads the segments dead and returns, per job with a record in
 // them, its last one there. The map is the store's, cleared and refilled by
-// every checkpoint (only the checkpoint calls this), so that a scan of a
+// every checkpoint (only the checkpoint calls this; kept up to
+// maxKeptForwardJobs), so that a scan of a
 // segment's tens of thousands of records allocates nothing per record once
 // the map has grown to a checkpoint's size: the scan was 0.6 of the 11 µs of
 // CPU a job cost under producers and consumers at once.
@@ -176,6 +178,22 @@ func (s *Store) forwardScan(dead []wal.LSN) (map[fwdKey]fwdSeen, error) {
 		}
 	}
 	return jobs, nil
+}
+
+// maxKeptForwardJobs bounds the map forwardScan keeps between checkpoints:
+// a scan of a churned 64 MiB segment can grow it to hundreds of thousands
+// of ids, tens of MB that clear does not give back, held for ever against
+// the node's memory budget. Above the bound the next scan grows a new one;
+// what the kept map saves is its growth, not the per-record allocations,
+// which the array keys remove either way.
+const maxKeptForwardJobs = 1 << 16
+
+// releaseForwardScan drops forwardScan's map once a checkpoint is done
+// with it, if it grew beyond maxKeptForwardJobs.
+func (s *Store) releaseForwardScan() {
+	if len(s.fwdJobs) > maxKeptForwardJobs {
+		s.fwdJobs = nil
+	}
 }
 
 // recordJobID returns the id of the job a record concerns ("" for the

@@ -109,17 +109,7 @@ func crc8(crc uint32, v uint64) uint32 {
 // castagnoli8[0] is the byte-at-a-time table, and castagnoli8[k][b] the CRC
 // of byte b followed by k zero bytes.
 var castagnoli8 = func() (t [8][256]uint32) {
-	for b := range 256 {
-		crc := uint32(b)
-		for range 8 {
-			if crc&1 != 0 {
-				crc = crc>>1 ^ crc32.Castagnoli
-			} else {
-				crc >>= 1
-			}
-		}
-		t[0][b] = crc
-	}
+	t[0] = *castagnoli
 	for k := 1; k < 8; k++ {
 		for b := range 256 {
 			prev := t[k-1][b]
