@@ -47,6 +47,19 @@ func (c *jobCache) put(j *Job) {
 	c.m[j.ID] = j
 }
 
+// putAbsent is put of a job the caller just looked up and did not find,
+// with mu held since: it skips put's lookup (a queue head's refill caches
+// a thousand jobs at a time, each a probe of a map too large for the CPU's
+// caches).
+func (c *jobCache) putAbsent(j *Job) {
+	if old := c.ring[c.next]; old != "" {
+		delete(c.m, old)
+	}
+	c.ring[c.next] = j.ID
+	c.next = (c.next + 1) % len(c.ring)
+	c.m[j.ID] = j
+}
+
 // reset forgets every job.
 func (c *jobCache) reset() {
 	if c != nil {

@@ -112,6 +112,11 @@ type op struct {
 	// so prefetchQueued can read it with its neighbours.
 	hintQueue string
 	hintCtime uint64
+	// cached (deliver, live, not logged): the job as prefetchQueued found
+	// it in the job cache, under the same hold of mu as the batch's
+	// apply, so resolve need not look it up again unless an earlier op
+	// of the batch changed it (the overlay then has it).
+	cached *Job
 	// move: where the body was; bodySize is its uncompressed length.
 	src      wal.LSN
 	bodySize uint32

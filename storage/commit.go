@@ -39,6 +39,8 @@ type Result struct {
 type Batch struct {
 	s   *Store
 	ops []*op
+	// slab holds the ops jobOp made (one allocation for many).
+	slab []op
 	// node is the store's node id, read by the first AddNew.
 	node string
 }
@@ -47,7 +49,7 @@ type Batch struct {
 func (b *Batch) Len() int { return len(b.ops) }
 
 // Reset empties the batch.
-func (b *Batch) Reset() { clear(b.ops); b.ops = b.ops[:0] }
+func (b *Batch) Reset() { clear(b.ops); b.ops = b.ops[:0]; b.slab = nil }
 
 // commitOne commits a single operation.
 func (s *Store) commitOne(o *op) (*Job, error) {
@@ -298,7 +300,8 @@ func (s *Store) prefetchQueued(ops []*op, overlay map[string]*Job) error {
 		if o.typ != recDeliver || o.hintQueue == "" {
 			continue
 		}
-		if _, ok := s.cache.get(o.id); ok {
+		if j, ok := s.cache.get(o.id); ok {
+			o.cached = j
 			continue
 		}
 		want = append(want, QueueEntry{Queue: o.hintQueue, Pos: QueuePos{Ctime: o.hintCtime, ID: o.id}})
@@ -532,7 +535,11 @@ func (s *Store) resolve(overlay map[string]*Job, o *op) (old, nj *Job, err error
 	if !o.fresh { // a fresh id is new: there is nothing to read
 		// A first REPLJOB the store can prove new reads memory only.
 		o.firstFast = o.typ == recAdd && s.firstFastLocked(o)
-		if old, err = s.currentJob(overlay, o.id, !o.firstFast); err != nil {
+		if j, ok := overlay[o.id]; ok {
+			old = j
+		} else if o.cached != nil {
+			old = o.cached // the cache's, read under this hold of mu: current
+		} else if old, err = s.currentJob(nil, o.id, !o.firstFast); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -244,10 +244,10 @@ func (b *Batch) SetNodes(id string, nodes []string) {
 func (j *Job) IsDummyAck() bool { return j.State == StateAcked && j.Queue == "" }
 
 // Queue adds a Store.Queue to the batch.
-func (b *Batch) Queue(id string, qtime int64) { b.job(queueOp(id, qtime)) }
+func (b *Batch) Queue(id string, qtime int64) { b.jobOp(recQueue, id).qtime = qtime }
 
 // Deliver adds a Store.Deliver to the batch.
-func (b *Batch) Deliver(id string, qtime int64) { b.job(deliverOp(id, qtime)) }
+func (b *Batch) Deliver(id string, qtime int64) { b.jobOp(recDeliver, id).qtime = qtime }
 
 // DeliverAt adds a Store.Deliver of the job at position p of queue, whose
 // requeue time qtime computes from the job as it is when the batch applies
@@ -255,9 +255,8 @@ func (b *Batch) Deliver(id string, qtime int64) { b.job(deliverOp(id, qtime)) }
 // read the jobs of consecutive positions together, in queue order, rather
 // than one lookup each.
 func (b *Batch) DeliverAt(queue string, p QueuePos, qtime func(*Job) int64) {
-	o := deliverOp(p.ID, 0)
+	o := b.jobOp(recDeliver, p.ID)
 	o.qtimeFn, o.hintQueue, o.hintCtime = qtime, queue, p.Ctime
-	b.job(o)
 }
 
 // DeliverMoved is DeliverAt for a job that moves to another node
@@ -269,19 +268,21 @@ func (b *Batch) DeliverAt(queue string, p QueuePos, qtime func(*Job) int64) {
 // an AOF holding one (a malformed record: trailing bytes), never applies
 // it in part.
 func (b *Batch) DeliverMoved(queue string, p QueuePos, qtime func(*Job) int64, nodes func(*Job) []string) {
-	o := deliverOp(p.ID, 0)
+	o := b.jobOp(recDeliver, p.ID)
 	o.qtimeFn, o.nodesFn, o.hintQueue, o.hintCtime = qtime, nodes, queue, p.Ctime
-	b.job(o)
 }
 
 // Requeue adds a Store.Requeue to the batch.
-func (b *Batch) Requeue(id string, qtime int64) { b.job(requeueOp(id, qtime)) }
+func (b *Batch) Requeue(id string, qtime int64) { b.jobOp(recRequeue, id).qtime = qtime }
 
 // Nack adds a Store.Nack to the batch.
-func (b *Batch) Nack(id string, qtime, awake int64) { b.job(nackOp(id, qtime, awake)) }
+func (b *Batch) Nack(id string, qtime, awake int64) {
+	o := b.jobOp(recNack, id)
+	o.qtime, o.awake = qtime, awake
+}
 
 // Working adds a Store.Working to the batch.
-func (b *Batch) Working(id string, qtime int64) { b.job(workingOp(id, qtime)) }
+func (b *Batch) Working(id string, qtime int64) { b.jobOp(recWorking, id).qtime = qtime }
 
 // Postpone is Working for another node's QUEUED or WORKING: the next
 // requeue moves to qtime, and nacks and additional deliveries grow by what
@@ -294,13 +295,13 @@ func (b *Batch) Postpone(id string, qtime int64, addNacks, addDeliveries uint32)
 }
 
 // Dequeue adds a Store.Dequeue to the batch.
-func (b *Batch) Dequeue(id string) { b.job(&op{typ: recDequeue, id: id}) }
+func (b *Batch) Dequeue(id string) { b.jobOp(recDequeue, id) }
 
 // Ack adds a Store.Ack to the batch.
-func (b *Batch) Ack(id string) { b.job(&op{typ: recAck, id: id}) }
+func (b *Batch) Ack(id string) { b.jobOp(recAck, id) }
 
 // Delete adds a Store.Delete to the batch.
-func (b *Batch) Delete(id string) { b.job(&op{typ: recDel, id: id}) }
+func (b *Batch) Delete(id string) { b.jobOp(recDel, id) }
 
 // Pause adds a Store.Pause to the batch; a bad request is refused at once.
 func (b *Batch) Pause(queue string, p PauseState) error {
@@ -314,6 +315,26 @@ func (b *Batch) Pause(queue string, p PauseState) error {
 
 // job adds a job operation; a malformed id fails with ErrNotFound at Commit.
 func (b *Batch) job(o *op) { b.ops = append(b.ops, o) }
+
+// jobOp adds a job operation of type typ on id and returns it for the
+// caller to fill in. It comes from the batch's slab: an op is about 300
+// bytes, and a GETJOB COUNT 100's deliveries and their ACKJOB were a
+// hundred allocations each, one per op. Pointers into a slab stay valid
+// when the next one is made; Reset drops it (an applied op may still be
+// referenced).
+func (b *Batch) jobOp(typ wal.RecordType, id string) *op {
+	if len(b.slab) == cap(b.slab) {
+		b.slab = make([]op, 0, min(max(2*cap(b.slab), 8), maxOpSlab))
+	}
+	b.slab = append(b.slab, op{typ: typ, id: id})
+	o := &b.slab[len(b.slab)-1]
+	b.ops = append(b.ops, o)
+	return o
+}
+
+// maxOpSlab bounds one slab of Batch.jobOp: a batch of thousands of ops
+// takes several, not one ever larger.
+const maxOpSlab = 128
 
 // ErrNotEmpty: SetNodeID on a store that still holds jobs.
 var ErrNotEmpty = errors.New("storage: the store holds jobs")

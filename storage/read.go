@@ -186,7 +186,11 @@ func bodyRecordHint(j *Job) int { return int(j.StoredSize) + 128 + len(j.Queue) 
 // what it needs of the record — the job id, the body's flags and size, the
 // stored body — where decodeOp would build the whole op and its job (an
 // allocation per field: 5% of a server's CPU under producers and consumers
-// at once); recordBody says what it checks. The body does not alias r.
+// at once); recordBody says what it checks. An uncompressed body aliases
+// r's payload, which the log's reads (ReadEach, ReadSized) put in memory
+// of the caller's that the log never reuses: a copy was an allocation per
+// delivered job. The body's caller then holds the record's read (a
+// GETJOB's, its jobs' records, read together) until it drops the body.
 func bodyOf(j *Job, r wal.Record) ([]byte, error) {
 	if r.Type != recAdd && r.Type != recMove && r.Type != recMoveFull {
 		return nil, fmt.Errorf("storage: body of %s: lsn %d holds a type %d record", j.ID, j.BodyLSN, r.Type)
@@ -199,7 +203,10 @@ func bodyOf(j *Job, r wal.Record) ([]byte, error) {
 		return nil, fmt.Errorf("storage: body of %s: lsn %d holds job %s", j.ID, j.BodyLSN, id)
 	}
 	if !compressed {
-		return append([]byte(nil), stored...), nil // as decodeOp: nil when empty
+		if len(stored) == 0 {
+			return nil, nil // as decodeOp
+		}
+		return stored[:len(stored):len(stored)], nil // an append copies
 	}
 	return decompressBody(stored, compressed, size)
 }

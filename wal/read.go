@@ -218,7 +218,8 @@ const (
 // ReadBatch is ReadSized for many records: it returns the records at lsns
 // (each a record boundary; payloadHints[i] is the hint for lsns[i]), in the
 // order asked, or the first error (see ReadEach). The payloads may share
-// memory.
+// memory, which is the caller's: the log never reuses what a read returns
+// (storage's bodies alias it).
 func (l *Log) ReadBatch(lsns []LSN, payloadHints []int) ([]Record, error) {
 	out, errs := l.ReadEach(lsns, payloadHints)
 	for _, err := range errs {
