@@ -520,6 +520,7 @@ func (b *Broker) deliverLocked(names []string, t take, now int64) (delivery, err
 			}
 		}
 		batch := b.st.NewBatch()
+		batch.Grow(len(jobs))
 		from := make([]int, 0, len(jobs)) // batch op → candidate
 		for i, j := range jobs {
 			if j != nil { // nil: stale (acked, deleted or moved since it was queued) or unreadable

@@ -363,6 +363,7 @@ func (b *Broker) idBatchLocked(ids []string,
 	}
 	now := b.nowMillis()
 	batch := b.st.NewBatch()
+	batch.Grow(len(ids))
 	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		if seen[id] {
