@@ -469,7 +469,7 @@ func (b *Broker) deliverLocked(names []string, t take, now int64) (delivery, err
 		for i, c := range cands {
 			entries[i] = storage.QueueEntry{Queue: c.q.name, Pos: c.pos}
 		}
-		jobs, err := b.st.QueuedJobs(entries)
+		jobs, mark, err := b.st.QueuedJobs(entries)
 		if err != nil {
 			for _, c := range cands {
 				c.q.head.Insert(c.pos) // still queued: back where they were
@@ -524,11 +524,7 @@ func (b *Broker) deliverLocked(names []string, t take, now int64) (delivery, err
 		from := make([]int, 0, len(jobs)) // batch op → candidate
 		for i, j := range jobs {
 			if j != nil { // nil: stale (acked, deleted or moved since it was queued) or unreadable
-				if nodesFn != nil {
-					batch.DeliverMoved(cands[i].q.name, cands[i].pos, retryFn, nodesFn)
-				} else {
-					batch.DeliverAt(cands[i].q.name, cands[i].pos, retryFn)
-				}
+				batch.DeliverQueued(j, mark, retryFn, nodesFn)
 				from = append(from, i)
 			}
 		}

@@ -31,33 +31,25 @@ func (c *jobCache) get(id string) (*Job, bool) {
 }
 
 // put records j as the job's state. A job already cached keeps its place.
+// One assignment both finds and writes the entry (the map's length says
+// which it did): a lookup before it was a second probe of a map too large
+// for the CPU's caches, for every job a GETJOB delivers or a refill reads.
 func (c *jobCache) put(j *Job) {
 	if c == nil {
 		return
 	}
-	if _, ok := c.m[j.ID]; ok {
-		c.m[j.ID] = j
-		return
+	n := len(c.m)
+	c.m[j.ID] = j
+	if len(c.m) == n {
+		return // was cached: keeps its place
 	}
-	if old := c.ring[c.next]; old != "" {
+	// New: it takes the next ring slot, evicting the slot's job — unless
+	// the slot is the id's own, left by a drop (the entry is the new one).
+	if old := c.ring[c.next]; old != "" && old != j.ID {
 		delete(c.m, old)
 	}
 	c.ring[c.next] = j.ID
 	c.next = (c.next + 1) % len(c.ring)
-	c.m[j.ID] = j
-}
-
-// putAbsent is put of a job the caller just looked up and did not find,
-// with mu held since: it skips put's lookup (a queue head's refill caches
-// a thousand jobs at a time, each a probe of a map too large for the CPU's
-// caches).
-func (c *jobCache) putAbsent(j *Job) {
-	if old := c.ring[c.next]; old != "" {
-		delete(c.m, old)
-	}
-	c.ring[c.next] = j.ID
-	c.next = (c.next + 1) % len(c.ring)
-	c.m[j.ID] = j
 }
 
 // reset forgets every job.

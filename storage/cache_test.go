@@ -30,3 +30,20 @@ func TestJobCacheEvictsOldestFirst(t *testing.T) {
 		t.Fatal("a disabled cache returned a job")
 	}
 }
+
+// A job dropped and cached again while the ring's next slot is still its
+// own (put inserts before it evicts) stays cached.
+func TestJobCachePutIntoItsOwnStaleSlot(t *testing.T) {
+	c := newJobCache(3)
+	for _, id := range []string{"a", "b", "c"} {
+		c.put(&Job{ID: id})
+	}
+	c.drop("a") // its slot, the next to be reused, still says "a"
+	c.put(&Job{ID: "a", Nacks: 1})
+	if j, ok := c.get("a"); !ok || j.Nacks != 1 {
+		t.Fatalf("a re-cached into its own slot: %+v, %v", j, ok)
+	}
+	if len(c.m) != 3 {
+		t.Fatalf("%d jobs cached, want 3 (b, c, a)", len(c.m))
+	}
+}

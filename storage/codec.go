@@ -117,6 +117,11 @@ type op struct {
 	// apply, so resolve need not look it up again unless an earlier op
 	// of the batch changed it (the overlay then has it).
 	cached *Job
+	// seen, seenAt (deliver, live, not logged): the job as a read at
+	// seenAt found it (Batch.DeliverQueued); current if the store applied
+	// nothing since.
+	seen   *Job
+	seenAt WriteMark
 	// move: where the body was; bodySize is its uncompressed length.
 	src      wal.LSN
 	bodySize uint32

@@ -300,6 +300,10 @@ func (s *Store) prefetchQueued(ops []*op, overlay map[string]*Job) error {
 		if o.typ != recDeliver || o.hintQueue == "" {
 			continue
 		}
+		if o.seen != nil && o.seenAt == (WriteMark{s, s.writes}) {
+			o.cached = o.seen // nothing was applied since it was read
+			continue
+		}
 		if j, ok := s.cache.get(o.id); ok {
 			o.cached = j
 			continue
@@ -311,6 +315,16 @@ func (s *Store) prefetchQueued(ops []*op, overlay map[string]*Job) error {
 			overlay[j.ID] = j
 		}
 	})
+}
+
+// WriteMark is the point in a store's writes at which a read was made
+// (QueuedJobs): a batch applied while the store has applied nothing since
+// knows the jobs that read returned are still the index's, and skips
+// looking them up again (Batch.DeliverQueued). The zero mark matches
+// nothing.
+type WriteMark struct {
+	s *Store
+	n uint64
 }
 
 // QueueEntry names a queued job by its queue and its position there.
@@ -325,12 +339,12 @@ type QueueEntry struct {
 // them as a delivery does (queueValuesLocked: in queue order, from the
 // values of the queue-order keys) and leaves them in the job cache, so a
 // Batch.DeliverAt of the same jobs applied next costs no further read.
-func (s *Store) QueuedJobs(entries []QueueEntry) ([]*Job, error) {
+func (s *Store) QueuedJobs(entries []QueueEntry) ([]*Job, WriteMark, error) {
 	out := make([]*Job, len(entries))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.usableLocked(); err != nil && !errors.Is(err, ErrFailed) {
-		return nil, err
+		return nil, WriteMark{}, err
 	}
 	var want []QueueEntry
 	var at []int // want[k] is entries[at[k]]
@@ -354,19 +368,19 @@ func (s *Store) QueuedJobs(entries []QueueEntry) ([]*Job, error) {
 		s.cache.put(j)
 	})
 	if err != nil {
-		return nil, err
+		return nil, WriteMark{}, err
 	}
 	for _, i := range old {
 		j, err := s.currentJob(nil, entries[i].Pos.ID, true)
 		if err != nil {
-			return nil, err
+			return nil, WriteMark{}, err
 		}
 		if j != nil && j.State == StateQueued && j.Queue == entries[i].Queue && j.Ctime == entries[i].Pos.Ctime {
 			out[i] = j
 			s.cache.put(j)
 		}
 	}
-	return out, nil
+	return out, WriteMark{s, s.writes}, nil
 }
 
 // queueValuesLocked reads the queue-order keys of entries: from the write
@@ -613,6 +627,7 @@ func (s *Store) currentJob(overlay map[string]*Job, id string, pebble bool) (*Jo
 // both end here, so the index is a function of the log. Counters are
 // updated in memory and marked dirty; a buffer flush writes them.
 func (s *Store) write(b *writeBuffer, o *op, old, nj *Job, lsn wal.LSN) error {
+	s.writes++
 	switch o.typ {
 	case recNode:
 		s.setNodeID(o.node)

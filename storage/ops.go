@@ -272,6 +272,17 @@ func (b *Batch) DeliverMoved(queue string, p QueuePos, qtime func(*Job) int64, n
 	o.qtimeFn, o.nodesFn, o.hintQueue, o.hintCtime = qtime, nodes, queue, p.Ctime
 }
 
+// DeliverQueued is DeliverMoved (DeliverAt for a nil nodes) of j, a job
+// QueuedJobs returned with mark m: if the store has applied nothing since,
+// the batch takes j as the job's current state instead of looking it up
+// again (a probe of the job cache per job); otherwise it reads the job as
+// DeliverAt does.
+func (b *Batch) DeliverQueued(j *Job, m WriteMark, qtime func(*Job) int64, nodes func(*Job) []string) {
+	o := b.jobOp(recDeliver, j.ID)
+	o.qtimeFn, o.nodesFn, o.hintQueue, o.hintCtime = qtime, nodes, j.Queue, j.Ctime
+	o.seen, o.seenAt = j, m
+}
+
 // Requeue adds a Store.Requeue to the batch.
 func (b *Batch) Requeue(id string, qtime int64) { b.jobOp(recRequeue, id).qtime = qtime }
 

@@ -48,7 +48,7 @@ func (s *Store) QueueHead(queue string, after QueuePos, limit int) ([]QueuePos, 
 				if j, derr = decodeJob(p.ID, v, names); derr != nil {
 					return false
 				}
-				s.cache.putAbsent(j) // not found just above
+				s.cache.put(j)
 				room--
 			}
 		}

@@ -77,6 +77,10 @@ type Store struct {
 	// so never upgraded: it has no resume set (resume.go).
 	noResumeSet bool
 	cache       *jobCache // recently written jobs, see cache.go
+	// writes counts the operations applied to the index (Store.write,
+	// live and replayed), so that a WriteMark can tell that no job changed
+	// since a read. Guarded by mu.
+	writes uint64
 	// indexGets counts the Pebble point Gets of reads and commits
 	// (Stats.IndexGets): atomic, since Job reads Pebble after mu.
 	indexGets atomic.Int64
