@@ -173,7 +173,7 @@ func (h *hashedKeys) sorted() []*bufEntry {
 			es = append(es, e)
 		}
 	}
-	slices.SortFunc(es, cmpEntryKey)
+	sortEntries(es)
 	h.sortedCache = es
 	return es
 }
@@ -345,7 +345,7 @@ func (w *writeBuffer) sortedDels() []*bufEntry {
 			es = append(es, e)
 		}
 	}
-	slices.SortFunc(es, cmpEntryKey)
+	sortEntries(es)
 	return es
 }
 
@@ -608,7 +608,7 @@ func sortedEntries(m map[string]*bufEntry) []*bufEntry {
 	for _, e := range m {
 		es = append(es, e)
 	}
-	slices.SortFunc(es, cmpEntryKey)
+	sortEntries(es)
 	return es
 }
 
