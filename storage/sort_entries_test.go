@@ -1,9 +1,9 @@
 package storage
 
 import (
-	"strings"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
