@@ -36,12 +36,16 @@ func (s *Store) QueueHead(queue string, after QueuePos, limit int) ([]QueuePos, 
 		room = len(s.cache.ring) / 2
 	}
 	names := s.names.Load()
+	var read []QueuePos // from Pebble, for the buffer's span (read_spans.go)
 	err := s.scanMergedFrom(lower, prefixEnd(prefix), false, func(k, v []byte, fromPebble bool) bool {
 		var p QueuePos
 		if p.Ctime, p.ID, derr = parseQueueKey(k); derr != nil {
 			return false
 		}
 		out = append(out, p)
+		if fromPebble {
+			read = append(read, p)
+		}
 		if fromPebble && room > 0 && len(v) > 0 {
 			if _, ok := s.cache.get(p.ID); !ok {
 				var j *Job
@@ -57,5 +61,10 @@ func (s *Store) QueueHead(queue string, after QueuePos, limit int) ([]QueuePos, 
 	if err = errors.Join(derr, s.indexErr(err)); err != nil {
 		return nil, err
 	}
+	var last QueuePos
+	if len(out) > 0 {
+		last = out[len(out)-1]
+	}
+	s.buf.noteRead(prefix, after, read, last, len(out) < limit)
 	return out, nil
 }

@@ -78,6 +78,12 @@ type writeBuffer struct {
 	// (deletionRuns) rather than as point tombstones, and deletionRanges
 	// those ranges (Stats).
 	rangedDeletions, deletionRanges int64
+	// spans are what refills read of each queue's keys from Pebble since
+	// the last flush, by the queue's key prefix (read_spans.go); emptied
+	// by every flush and range deletion. spanRunsUsed counts the runs cut
+	// from a span instead of a walk (tests).
+	spans        map[string]*readSpan
+	spanRunsUsed int64
 }
 
 type bufEntry struct {
@@ -405,6 +411,7 @@ func (w *writeBuffer) DeleteRange(start, end []byte) error {
 		}
 	}
 	w.jobs.sortedCache, w.sched.sortedCache = nil, nil
+	clear(w.spans)
 	w.rangeDels = append(w.rangeDels, [2][]byte{bytes.Clone(start), bytes.Clone(end)})
 	return nil
 }
@@ -517,7 +524,14 @@ func (w *writeBuffer) deletionRuns(dels []*bufEntry) (points []*bufEntry, ranges
 			i = j
 			continue
 		}
-		p, r, err := w.runsWithin(dels[i:j])
+		var p []*bufEntry
+		var r [][2][]byte
+		var err error
+		if dels[i].key[0] == prefixQueue {
+			p, r, err = w.spanRuns(fam, dels[i:j])
+		} else {
+			p, r, err = w.runsWithin(dels[i:j])
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -643,6 +657,7 @@ func (w *writeBuffer) reset() {
 	w.bytes = 0
 	w.rangeDels = nil
 	w.entries, w.arena = nil, nil
+	clear(w.spans) // Pebble changed: see read_spans.go
 }
 
 // entryCursor yields buffer entries in a scan's order; nil at the end.
