@@ -99,10 +99,13 @@
 // Deletions of keys Pebble holds that lie together within a queue's keys
 // or the schedule (a consumed queue head and its jobs' TTL events) reach
 // it as one range deletion per run, not a tombstone per key: the flush
-// walks Pebble over each run and cuts it at every key there that stays,
-// and writes the ranges before the batch's other writes, so a range
-// never deletes a key that stays or one the same flush writes
-// (write_buffer.go deletionRuns; Stats.RangedDeletions).
+// walks Pebble over each run and cuts it at every key there that stays —
+// or, for a queue's keys that a head's refill read from Pebble since the
+// last flush, cuts it at the keys that refill read and that stay, without
+// a walk (read_spans.go: Pebble changes only at a flush, so every flush
+// forgets what refills read) — and writes the ranges before the batch's
+// other writes, so a range never deletes a key that stays or one the same
+// flush writes (write_buffer.go deletionRuns; Stats.RangedDeletions).
 // Whether a key is new to the index (so that deleting it needs no
 // tombstone) is derived from the job's state before the write, and the
 // buffer refuses a claim it can see is wrong; under invariants (race
@@ -134,7 +137,9 @@
 // nor the buffer and the buffer still knows nothing of it (so no write of
 // the job came in between), so the operation that follows a read by id (a
 // clustered ACKJOB's) reads it once, not twice. Stats.IndexGets counts the
-// Pebble point reads that are left.
+// Pebble point reads that are left. A GETJOB's deliveries of the jobs
+// QueuedJobs just returned (Batch.DeliverQueued) do not look them up even
+// there while the store has applied nothing since that read (WriteMark).
 //
 // The derived counters and the applied LSN go only with a buffer flush, so
 // the index in Pebble is always the state after a prefix of the AOF, and

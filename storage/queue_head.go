@@ -6,7 +6,7 @@ import "errors"
 // entries it delivers from next: it also leaves the jobs it read from
 // Pebble in the job cache — each queue key's value is the job as its j/
 // key holds it (keys.go), read under mu, so the entry is exact — so that
-// their delivery (QueuedJobs, then Batch.DeliverAt's resolve) and then
+// their delivery (QueuedJobs, then Batch.DeliverQueued's resolve) and then
 // their ack find them there instead of making a Pebble point Get each
 // (or an iterator per GETJOB COUNT n): the scan that found their
 // positions already paid for reading them. Jobs the write buffer holds are
