@@ -284,7 +284,8 @@ func failApplied(res []Result, err error) {
 }
 
 // prefetchQueued reads, for the deliveries in ops that name their queue
-// position (Batch.DeliverAt, DeliverQueued) and are not in the job cache (or taken as read: WriteMark), the jobs from the
+// position (Batch.DeliverAt, DeliverQueued) and are neither taken as
+// read (DeliverQueued's WriteMark) nor in the job cache, the jobs from the
 // values of their queue-order keys (queueValuesLocked): in queue order,
 // where a batch's deliveries sit next to each other, instead of a random
 // point lookup per job (the lookup was 40% of a consuming server's CPU,
