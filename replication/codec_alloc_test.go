@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/storage"
 )
 
@@ -134,5 +135,76 @@ func TestGotJobDecodingAllocations(t *testing.T) {
 	bad[len(bad)-storage.JobIDLen] = 'X' // the last id's "D-" prefix
 	if _, _, err := decodeGotJobs(bad); err == nil {
 		t.Fatal("a GOTJOB with a malformed id decoded")
+	}
+}
+
+// TestGotJobsConfirmWithoutAllocating: a GOTJOB records each of its jobs'
+// confirmations in the pendingRepls of their Replicate call, which the
+// call allocated (one array for all its jobs): a map a job, made at its
+// first GOTJOB, was two or three allocations a job on the origin, each
+// GC work later. It also checks what the confirmations mean: a job
+// confirmed by both nodes wakes its call, a second GOTJOB from the same
+// node does not count twice, and SHOW's nodes-confirmed lists them.
+func TestGotJobsConfirmWithoutAllocating(t *testing.T) {
+	self, a, b := storage.NewNodeID(), storage.NewNodeID(), storage.NewNodeID()
+	j, err := NewJobs(JobsConfig{ID: self, Peers: fixedPeers{[]string{self}, []string{a, b}}, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	const n, runs = 16, 20
+	// One Replicate call's jobs for each of AllocsPerRun's runs (and its
+	// first, uncounted one): a job is confirmed once by a node.
+	ids := make([][]string, runs+1)
+	calls := make([][]*pendingRepl, runs+1)
+	wakes := make([]chan struct{}, runs+1)
+	for c := range calls {
+		jobs := make([]queue.Replication, n)
+		ids[c] = make([]string, n)
+		for i := range jobs {
+			jobs[i].Job = &storage.Job{ID: storage.NewJobID(self, 3600, 60), Queue: "q", Repl: 3, Nodes: []string{self, a, b}}
+			ids[c][i] = jobs[i].Job.ID
+		}
+		wakes[c] = make(chan struct{}, 1)
+		prs, short := j.newPendingRepls(jobs, false, 0, wakes[c])
+		if short {
+			t.Fatal("jobs stored with their two nodes are short of nodes")
+		}
+		calls[c] = prs
+		j.mu.Lock()
+		for i, id := range ids[c] {
+			j.repl[id] = prs[i]
+		}
+		j.mu.Unlock()
+	}
+	// The nodes' incarnations, learned once (a later change allocates).
+	j.gotJobs(a, nil, 7)
+	j.gotJobs(b, nil, 8)
+	c := 0
+	allocs := testing.AllocsPerRun(runs, func() {
+		j.gotJobs(a, ids[c], 7)
+		j.gotJobs(a, ids[c], 7) // again: no second confirmation
+		if len(wakes[c]) != 0 {
+			t.Fatalf("call %d woken with one node of two confirmed", c)
+		}
+		j.gotJobs(b, ids[c], 8)
+		c++
+	})
+	if allocs != 0 {
+		t.Errorf("three GOTJOBs of %d jobs: %.0f allocations, want 0", n, allocs)
+	}
+	for c := range calls {
+		if len(wakes[c]) != 1 {
+			t.Fatalf("call %d not woken once both nodes confirmed", c)
+		}
+		for i, p := range calls[c] {
+			if got := len(p.confirmed); got != 2 {
+				t.Fatalf("call %d job %d: %d confirmations, want 2", c, i, got)
+			}
+		}
+	}
+	want := append([]string{self}, slices.Sorted(slices.Values([]string{a, b}))...)
+	if got := j.NodesConfirmed(ids[3][5]); !slices.Equal(got, want) {
+		t.Fatalf("nodes-confirmed %v, want %v", got, want)
 	}
 }
