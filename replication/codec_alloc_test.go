@@ -208,3 +208,43 @@ func TestGotJobsConfirmWithoutAllocating(t *testing.T) {
 		t.Fatalf("nodes-confirmed %v, want %v", got, want)
 	}
 }
+
+// TestPendingReplSharesThePlannedNodeList: a job stored with this node and
+// the nodes its first REPLJOBs go to (SyncNodes) already holds the node
+// list its copies carry and its Replicate returns, so nodeList makes none
+// (one allocation a job on the origin, the node list built again); once a
+// node is added, the list is a new one and the job's stays as it was.
+func TestPendingReplSharesThePlannedNodeList(t *testing.T) {
+	self, a, b, c := storage.NewNodeID(), storage.NewNodeID(), storage.NewNodeID(), storage.NewNodeID()
+	j, err := NewJobs(JobsConfig{ID: self, Peers: fixedPeers{[]string{self}, []string{a, b, c}}, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	planned := []string{self, a, b}
+	// A job for each of AllocsPerRun's runs: each list is made once.
+	const runs = 20
+	jobs := make([]queue.Replication, runs+1)
+	for i := range jobs {
+		jobs[i].Job = &storage.Job{ID: storage.NewJobID(self, 3600, 60), Queue: "q", Repl: 3, Nodes: planned}
+	}
+	prs, _ := j.newPendingRepls(jobs, false, 0, make(chan struct{}, 1))
+	k := 0
+	if allocs := testing.AllocsPerRun(runs, func() {
+		if list := j.nodeList(prs[k]); !slices.Equal(list, planned) {
+			t.Fatalf("node list %v, want %v", list, planned)
+		}
+		k++
+	}); allocs != 0 {
+		t.Errorf("the node list of a job stored with its planned nodes: %.0f allocations, want 0", allocs)
+	}
+	p := prs[0]
+	var list []string
+	p.sent = append(p.sent, c) // a node added to a short replication
+	if list = j.nodeList(p); !slices.Equal(list, []string{self, a, b, c}) {
+		t.Fatalf("node list after adding a node: %v", list)
+	}
+	if !slices.Equal(jobs[0].Job.Nodes, planned) || !slices.Equal(planned, []string{self, a, b}) {
+		t.Fatalf("the job's own node list changed to %v", jobs[0].Job.Nodes)
+	}
+}

@@ -576,6 +576,12 @@ func (j *Jobs) newPendingRepls(jobs []queue.Replication, external bool, now int6
 					p.sent = append(p.sent, n)
 				}
 			}
+			// Stored with this node and the nodes planned (SyncNodes),
+			// the job's own list is the copies' (nodeList's), as long as
+			// sent does not grow: not one more list a job.
+			if nodes := r.Job.Nodes; len(nodes) == len(p.sent)+1 && nodes[0] == self && slices.Equal(nodes[1:], p.sent) {
+				p.list = nodes
+			}
 		}
 		short = short || len(p.sent) < p.need
 		prs[i] = p
