@@ -848,3 +848,27 @@ func BenchmarkWheelNewCopy(b *testing.B) {
 		ids[i%held] = id
 	}
 }
+
+// BenchmarkWheelNewCopyAddAll is BenchmarkWheelNewCopy with the copy's
+// events added as syncTimersLocked adds them now: AddAll, one array for
+// their entries.
+func BenchmarkWheelNewCopyAddAll(b *testing.B) {
+	const held = 200_000
+	w := NewWheel(1000)
+	ids := make([]string, held)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("D-%08x-%016x-SQ", i*2654435761, i)
+		w.Add(storage.Event{Due: 1000 + 3_600_000 + int64(i), Kind: storage.EventTTL, ID: ids[i]})
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		old := ids[i%held]
+		w.RemoveAll(old)
+		id := old + "n"
+		w.RemoveAll(id)
+		w.AddAll([]storage.Event{{Due: 1000 + 60_000, Kind: storage.EventRetry, ID: id},
+			{Due: 1000 + 55_000, Kind: eventWillQueue, ID: id},
+			{Due: 1000 + 3_600_000, Kind: storage.EventTTL, ID: id}})
+		ids[i%held] = id
+	}
+}
