@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/diskque/diskque/queue"
@@ -246,5 +248,90 @@ func TestPendingReplSharesThePlannedNodeList(t *testing.T) {
 	}
 	if !slices.Equal(jobs[0].Job.Nodes, planned) || !slices.Equal(planned, []string{self, a, b}) {
 		t.Fatalf("the job's own node list changed to %v", jobs[0].Job.Nodes)
+	}
+}
+
+// TestSendAsyncSharesTheStoredNodeList: an ASYNC job planned by AsyncNodes
+// is stored with this node first, then its copies' nodes, which is the
+// list SendAsync sends to and the copies carry: it allocates no list of
+// its own a job (one a job on the origin), and a list that does not start
+// with this node is still put right.
+func TestSendAsyncSharesTheStoredNodeList(t *testing.T) {
+	self, a, b := storage.NewNodeID(), storage.NewNodeID(), storage.NewNodeID()
+	j, err := NewJobs(JobsConfig{ID: self, Peers: fixedPeers{[]string{self}, []string{a, b}}, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	// The other nodes on a memory network: while capture is off they
+	// keep nothing (a decode there would count in the allocations).
+	net := NewMemNetwork()
+	var mu sync.Mutex
+	var capture atomic.Bool
+	sent := map[string][]replJob{}
+	watch := map[string]bool{} // the ids of the last call, set before it
+	for _, id := range []string{a, b} {
+		tr := net.Join(id, func(_ string, m Message) {
+			if !capture.Load() || m.Type != MsgReplJob {
+				return
+			}
+			if _, jobs, err := decodeReplJobs(m.Payload); err == nil {
+				mu.Lock()
+				for _, r := range jobs {
+					if watch[r.Job.ID] {
+						sent[id] = append(sent[id], r)
+					}
+				}
+				mu.Unlock()
+			}
+		})
+		defer tr.Close()
+	}
+	var tr Transport = net.Join(self, func(string, Message) {})
+	defer tr.Close()
+	tr.SetPeer(a, "")
+	tr.SetPeer(b, "")
+	j.boundTr.Store(&tr)
+	mk := func(n int, nodes []string) []queue.Replication {
+		jobs := make([]queue.Replication, n)
+		for i := range jobs {
+			jobs[i] = queue.Replication{Job: &storage.Job{ID: storage.NewJobID(self, 3600, 60), Queue: "q", Repl: 3, Nodes: nodes}, Body: []byte("b")}
+		}
+		return jobs
+	}
+	planned := []string{self, a, b}
+	one, sixteen := mk(1, planned), mk(16, planned)
+	base := testing.AllocsPerRun(20, func() { j.SendAsync(one) })
+	all := testing.AllocsPerRun(20, func() { j.SendAsync(sixteen) })
+	// Each node's list of jobs grown to 16: four more arrays each.
+	if extra := all - base; extra > 10 {
+		t.Errorf("SendAsync of 16 jobs: %.0f allocations beyond one job's %.0f, want at most 10 (no node list a job)", extra, base)
+	}
+	// A planned job and one whose list does not start with this node,
+	// both new (the REPLJOBs above may still be on their way).
+	last, odd := mk(1, planned)[0], mk(1, []string{a, self})[0]
+	mu.Lock()
+	watch[last.Job.ID], watch[odd.Job.ID] = true, true
+	mu.Unlock()
+	capture.Store(true)
+	j.SendAsync([]queue.Replication{last, odd})
+	eventually(t, "the REPLJOBs", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(sent[a]) >= 2 && len(sent[b]) >= 1
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent[a]) != 2 || len(sent[b]) != 1 {
+		t.Fatalf("REPLJOBs: %d jobs to a (want 2), %d to b (want 1)", len(sent[a]), len(sent[b]))
+	}
+	for _, r := range sent[a] {
+		want := planned
+		if r.Job.ID == odd.Job.ID {
+			want = []string{self, a}
+		}
+		if !slices.Equal(r.Job.Nodes, want) {
+			t.Fatalf("job %s sent with nodes %v, want %v", r.Job.ID, r.Job.Nodes, want)
+		}
 	}
 }

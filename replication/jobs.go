@@ -732,6 +732,12 @@ func (j *Jobs) SendAsync(jobs []queue.Replication) {
 	self := j.self()
 	nodes := make([][]string, len(jobs))
 	for i, r := range jobs {
+		if ns := r.Job.Nodes; len(ns) > 0 && ns[0] == self && !slices.Contains(ns[1:], self) {
+			// Stored as the broker plans it (this node, then AsyncNodes'):
+			// the list itself, not one more a job (only read).
+			nodes[i] = ns
+			continue
+		}
 		list := make([]string, 0, len(r.Job.Nodes))
 		list = append(list, self)
 		for _, n := range r.Job.Nodes {
