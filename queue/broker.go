@@ -256,19 +256,25 @@ func (b *Broker) syncTimersLocked(id string, j *storage.Job) {
 	earliest := false
 	next, ok := b.wheel.Next()
 	var buf [3]storage.Event // delay, retry, ttl: no allocation
+	// The events to add, added at once (AddAll: one allocation for their
+	// entries). The wheel holds none of the job's after the RemoveAll, so
+	// each adds one to its Len: the count against MaxTimers includes those
+	// before it.
+	var addBuf [4]storage.Event
+	adds := addBuf[:0]
 	for _, e := range j.AppendEvents(buf[:0]) {
-		if cmpEvent(e, b.cursor) <= 0 && b.wheel.Len() >= b.opts.MaxTimers {
+		if cmpEvent(e, b.cursor) <= 0 && b.wheel.Len()+len(adds) >= b.opts.MaxTimers {
 			b.cursor = storage.Event{Due: e.Due - 1, Kind: 0xff, ID: "\xff"}
 			b.loader = loaderFull
 			continue
 		}
 		if cmpEvent(e, b.cursor) <= 0 {
-			b.wheel.Add(e)
+			adds = append(adds, e)
 			due := e.Due
 			if e.Kind == storage.EventRetry && b.holdersElsewhere(j) {
 				// WILLQUEUE before the requeue (remote_queueing.go).
 				w := willQueueCompanion(e)
-				b.wheel.Add(w)
+				adds = append(adds, w)
 				due = w.Due
 			}
 			if !ok || due < next {
@@ -276,6 +282,7 @@ func (b *Broker) syncTimersLocked(id string, j *storage.Job) {
 			}
 		}
 	}
+	b.wheel.AddAll(adds)
 	if earliest {
 		select {
 		case b.wake <- struct{}{}:

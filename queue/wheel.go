@@ -70,8 +70,8 @@ const (
 // milliseconds between: its cost is O(events fired + slots cascaded), and an
 // event cascades at most five times, whatever the jump.
 //
-// Memory: one wheelEntry (about 48 bytes) per event and one map entry per
-// job, the
+// Memory: one wheelEntry (about 48 bytes) per event (AddAll's share an
+// array: see there) and one map entry per job, the
 // fixed mask, slot and slotMin arrays, and the backing arrays of non-empty
 // slots; an emptied slot drops its backing array.
 //
@@ -141,6 +141,30 @@ func (w *Wheel) Len() int { return w.held }
 // Now; an event of the same key that was held is then removed, so a stale
 // schedule never fires (the new one is only on disk, beyond the horizon).
 func (w *Wheel) Add(e storage.Event) bool {
+	return w.add(e, nil, 1)
+}
+
+// AddAll is Add of each of evs, in order, which are the events of one
+// job, and returns how many it holds now. The entries it makes for events
+// not held share one array: a replica's new copy has three (retry, its
+// WILLQUEUE, TTL), and an allocation each was a tenth of a replica's. An
+// entry of the array whose event fired or went stays allocated while
+// another of the job's does (at most the job's other kinds, 2 dead entries
+// for a live one: bounded like the wheel).
+func (w *Wheel) AddAll(evs []storage.Event) int {
+	var spare []wheelEntry
+	n := 0
+	for k, e := range evs {
+		if w.add(e, &spare, len(evs)-k) {
+			n++
+		}
+	}
+	return n
+}
+
+// add is Add; a new entry comes from *spare when spare is not nil, which
+// is made with room for left entries when empty.
+func (w *Wheel) add(e storage.Event, spare *[]wheelEntry, left int) bool {
 	head, en, prev := w.find(e.ID, e.Kind)
 	if e.Due > w.now && uint64(e.Due)-uint64(w.now) >= uint64(WheelSpan) {
 		if en != nil {
@@ -152,7 +176,14 @@ func (w *Wheel) Add(e storage.Event) bool {
 	if en != nil {
 		w.unlink(en)
 	} else {
-		en = &wheelEntry{}
+		if spare == nil {
+			en = &wheelEntry{}
+		} else {
+			if len(*spare) == 0 {
+				*spare = make([]wheelEntry, left)
+			}
+			en, *spare = &(*spare)[0], (*spare)[1:]
+		}
 		if head == nil {
 			w.setHead(e.ID, en)
 		} else {

@@ -707,24 +707,87 @@ func TestWheelRemoveAllOfANewJob(t *testing.T) {
 
 // TestSyncTimersOfANewCopyAllocatesItsEntriesOnly checks that what the
 // broker does for every job it stores — syncTimersLocked: RemoveAll, then
-// an Add per event — allocates the wheel's entries and nothing else (the
-// job's event list was a new slice each time).
+// its events added — allocates the wheel's entries, in one array, and
+// nothing else (the job's event list was a new slice each time, and each
+// entry an allocation of its own).
 func TestSyncTimersOfANewCopyAllocatesItsEntriesOnly(t *testing.T) {
 	f := newFixture(t, 16)
 	now := f.clock.ms.Load()
+	// Both events inside the wheel's horizon (10 minutes).
 	j := &storage.Job{ID: storage.NewJobID(storage.NewNodeID(), 3600, 60), Queue: "q", State: storage.StateActive,
-		Etime: now + 3_600_000, QueueTime: now + 60_000}
+		Etime: now + 300_000, QueueTime: now + 60_000}
 	if n := len(j.Events()); n != 2 {
 		t.Fatalf("the job has %d events, want 2", n)
 	}
 	f.b.mu.Lock()
 	defer f.b.mu.Unlock()
+	// Another job's events in the same slots, as on a wheel of many
+	// events: a slot the RemoveAll empties drops its array, and making it
+	// again is not the entries' cost.
+	for _, e := range []storage.Event{{Due: now + 300_000, Kind: storage.EventTTL, ID: "neighbour"},
+		{Due: now + 60_000, Kind: storage.EventRetry, ID: "neighbour"},
+		willQueueCompanion(storage.Event{Due: now + 60_000, Kind: storage.EventRetry, ID: "neighbour"})} {
+		f.b.wheel.Add(e)
+	}
 	a := testing.AllocsPerRun(100, func() {
 		f.b.syncTimersLocked(j.ID, j)
-		f.b.wheel.RemoveAll(j.ID)
+		if n := f.b.wheel.RemoveAll(j.ID); n != 2 {
+			t.Fatalf("the job's events in the wheel: %d, want 2 (its retry and its TTL)", n)
+		}
 	})
-	if a > 2 {
-		t.Fatalf("syncTimersLocked of a job with 2 events: %.0f allocations, want 2 (its wheel entries)", a)
+	if a > 1 {
+		t.Fatalf("syncTimersLocked of a job with 2 events: %.0f allocations, want 1 (its wheel entries, one array)", a)
+	}
+	// A replica's copy: retry, its WILLQUEUE and TTL, three entries in
+	// one array (three allocations before, a tenth of a replica's).
+	c := *j
+	c.Nodes = []string{storage.NewNodeID(), f.b.NodeID()}
+	if n := len(c.Events()); n != 2 || !f.b.holdersElsewhere(&c) {
+		t.Fatalf("the copy has %d events (want 2) and holders elsewhere %v", n, f.b.holdersElsewhere(&c))
+	}
+	a = testing.AllocsPerRun(100, func() {
+		f.b.syncTimersLocked(c.ID, &c)
+		if n := f.b.wheel.RemoveAll(c.ID); n != 3 {
+			t.Fatalf("a copy's events in the wheel: %d, want 3 (its retry, its WILLQUEUE and its TTL)", n)
+		}
+	})
+	if a > 1 {
+		t.Fatalf("syncTimersLocked of a copy with 3 events: %.0f allocations, want 1 (its wheel entries, one array)", a)
+	}
+}
+
+// TestWheelAddAll: AddAll of one job's events is Add of each — an event
+// held is replaced, one beyond the span refused and its old one removed,
+// one overdue fires — and the entries it makes, one array, are unlinked
+// like any other.
+func TestWheelAddAll(t *testing.T) {
+	w := NewWheel(1000)
+	w.Add(storage.Event{Due: 3000, Kind: storage.EventTTL, ID: "j"})
+	w.Add(storage.Event{Due: 3000, Kind: storage.EventDelay, ID: "j"})
+	if n := w.AddAll([]storage.Event{
+		{Due: 5000, Kind: storage.EventRetry, ID: "j"},
+		{Due: 900, Kind: eventWillQueue, ID: "j"},                  // overdue
+		{Due: 9000, Kind: storage.EventTTL, ID: "j"},               // replaces 3000
+		{Due: 1000 + WheelSpan, Kind: storage.EventDelay, ID: "j"}, // refused: removes 3000
+	}); n != 3 {
+		t.Fatalf("AddAll added %d, want 3", n)
+	}
+	if err := w.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	if w.Len() != 3 || w.Holds("j", storage.EventDelay) {
+		t.Fatalf("held %d events (want 3), delay held %v", w.Len(), w.Holds("j", storage.EventDelay))
+	}
+	var fired []storage.Event
+	w.Advance(6000, func(e storage.Event) { fired = append(fired, e) })
+	if len(fired) != 2 || fired[0].Kind != eventWillQueue || fired[1].Kind != storage.EventRetry || fired[1].Due != 5000 {
+		t.Fatalf("fired %+v, want the WILLQUEUE then the retry at 5000", fired)
+	}
+	if !w.Remove("j", storage.EventTTL) || w.Len() != 0 {
+		t.Fatalf("the TTL event was not held alone: %d left", w.Len())
+	}
+	if err := w.checkInvariants(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -782,6 +845,30 @@ func BenchmarkWheelNewCopy(b *testing.B) {
 		w.Add(storage.Event{Due: 1000 + 60_000, Kind: storage.EventRetry, ID: id})
 		w.Add(storage.Event{Due: 1000 + 55_000, Kind: eventWillQueue, ID: id})
 		w.Add(storage.Event{Due: 1000 + 3_600_000, Kind: storage.EventTTL, ID: id})
+		ids[i%held] = id
+	}
+}
+
+// BenchmarkWheelNewCopyAddAll is BenchmarkWheelNewCopy with the copy's
+// events added as syncTimersLocked adds them now: AddAll, one array for
+// their entries.
+func BenchmarkWheelNewCopyAddAll(b *testing.B) {
+	const held = 200_000
+	w := NewWheel(1000)
+	ids := make([]string, held)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("D-%08x-%016x-SQ", i*2654435761, i)
+		w.Add(storage.Event{Due: 1000 + 3_600_000 + int64(i), Kind: storage.EventTTL, ID: ids[i]})
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		old := ids[i%held]
+		w.RemoveAll(old)
+		id := old + "n"
+		w.RemoveAll(id)
+		w.AddAll([]storage.Event{{Due: 1000 + 60_000, Kind: storage.EventRetry, ID: id},
+			{Due: 1000 + 55_000, Kind: eventWillQueue, ID: id},
+			{Due: 1000 + 3_600_000, Kind: storage.EventTTL, ID: id}})
 		ids[i%held] = id
 	}
 }

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 
+	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/storage"
 )
 
@@ -134,5 +137,201 @@ func TestGotJobDecodingAllocations(t *testing.T) {
 	bad[len(bad)-storage.JobIDLen] = 'X' // the last id's "D-" prefix
 	if _, _, err := decodeGotJobs(bad); err == nil {
 		t.Fatal("a GOTJOB with a malformed id decoded")
+	}
+}
+
+// TestGotJobsConfirmWithoutAllocating: a GOTJOB records each of its jobs'
+// confirmations in the pendingRepls of their Replicate call, which the
+// call allocated (one array for all its jobs): a map a job, made at its
+// first GOTJOB, was two or three allocations a job on the origin, each
+// GC work later. It also checks what the confirmations mean: a job
+// confirmed by both nodes wakes its call, a second GOTJOB from the same
+// node does not count twice, and SHOW's nodes-confirmed lists them.
+func TestGotJobsConfirmWithoutAllocating(t *testing.T) {
+	self, a, b := storage.NewNodeID(), storage.NewNodeID(), storage.NewNodeID()
+	j, err := NewJobs(JobsConfig{ID: self, Peers: fixedPeers{[]string{self}, []string{a, b}}, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	const n, runs = 16, 20
+	// One Replicate call's jobs for each of AllocsPerRun's runs (and its
+	// first, uncounted one): a job is confirmed once by a node.
+	ids := make([][]string, runs+1)
+	calls := make([][]*pendingRepl, runs+1)
+	wakes := make([]chan struct{}, runs+1)
+	for c := range calls {
+		jobs := make([]queue.Replication, n)
+		ids[c] = make([]string, n)
+		for i := range jobs {
+			jobs[i].Job = &storage.Job{ID: storage.NewJobID(self, 3600, 60), Queue: "q", Repl: 3, Nodes: []string{self, a, b}}
+			ids[c][i] = jobs[i].Job.ID
+		}
+		wakes[c] = make(chan struct{}, 1)
+		prs, short := j.newPendingRepls(jobs, false, 0, wakes[c])
+		if short {
+			t.Fatal("jobs stored with their two nodes are short of nodes")
+		}
+		calls[c] = prs
+		j.mu.Lock()
+		for i, id := range ids[c] {
+			j.repl[id] = prs[i]
+		}
+		j.mu.Unlock()
+	}
+	// The nodes' incarnations, learned once (a later change allocates).
+	j.gotJobs(a, nil, 7)
+	j.gotJobs(b, nil, 8)
+	c := 0
+	allocs := testing.AllocsPerRun(runs, func() {
+		j.gotJobs(a, ids[c], 7)
+		j.gotJobs(a, ids[c], 7) // again: no second confirmation
+		if len(wakes[c]) != 0 {
+			t.Fatalf("call %d woken with one node of two confirmed", c)
+		}
+		j.gotJobs(b, ids[c], 8)
+		c++
+	})
+	if allocs != 0 {
+		t.Errorf("three GOTJOBs of %d jobs: %.0f allocations, want 0", n, allocs)
+	}
+	for c := range calls {
+		if len(wakes[c]) != 1 {
+			t.Fatalf("call %d not woken once both nodes confirmed", c)
+		}
+		for i, p := range calls[c] {
+			if got := len(p.confirmed); got != 2 {
+				t.Fatalf("call %d job %d: %d confirmations, want 2", c, i, got)
+			}
+		}
+	}
+	want := append([]string{self}, slices.Sorted(slices.Values([]string{a, b}))...)
+	if got := j.NodesConfirmed(ids[3][5]); !slices.Equal(got, want) {
+		t.Fatalf("nodes-confirmed %v, want %v", got, want)
+	}
+}
+
+// TestPendingReplSharesThePlannedNodeList: a job stored with this node and
+// the nodes its first REPLJOBs go to (SyncNodes) already holds the node
+// list its copies carry and its Replicate returns, so nodeList makes none
+// (one allocation a job on the origin, the node list built again); once a
+// node is added, the list is a new one and the job's stays as it was.
+func TestPendingReplSharesThePlannedNodeList(t *testing.T) {
+	self, a, b, c := storage.NewNodeID(), storage.NewNodeID(), storage.NewNodeID(), storage.NewNodeID()
+	j, err := NewJobs(JobsConfig{ID: self, Peers: fixedPeers{[]string{self}, []string{a, b, c}}, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	planned := []string{self, a, b}
+	// A job for each of AllocsPerRun's runs: each list is made once.
+	const runs = 20
+	jobs := make([]queue.Replication, runs+1)
+	for i := range jobs {
+		jobs[i].Job = &storage.Job{ID: storage.NewJobID(self, 3600, 60), Queue: "q", Repl: 3, Nodes: planned}
+	}
+	prs, _ := j.newPendingRepls(jobs, false, 0, make(chan struct{}, 1))
+	k := 0
+	if allocs := testing.AllocsPerRun(runs, func() {
+		if list := j.nodeList(prs[k]); !slices.Equal(list, planned) {
+			t.Fatalf("node list %v, want %v", list, planned)
+		}
+		k++
+	}); allocs != 0 {
+		t.Errorf("the node list of a job stored with its planned nodes: %.0f allocations, want 0", allocs)
+	}
+	p := prs[0]
+	var list []string
+	p.sent = append(p.sent, c) // a node added to a short replication
+	if list = j.nodeList(p); !slices.Equal(list, []string{self, a, b, c}) {
+		t.Fatalf("node list after adding a node: %v", list)
+	}
+	if !slices.Equal(jobs[0].Job.Nodes, planned) || !slices.Equal(planned, []string{self, a, b}) {
+		t.Fatalf("the job's own node list changed to %v", jobs[0].Job.Nodes)
+	}
+}
+
+// TestSendAsyncSharesTheStoredNodeList: an ASYNC job planned by AsyncNodes
+// is stored with this node first, then its copies' nodes, which is the
+// list SendAsync sends to and the copies carry: it allocates no list of
+// its own a job (one a job on the origin), and a list that does not start
+// with this node is still put right.
+func TestSendAsyncSharesTheStoredNodeList(t *testing.T) {
+	self, a, b := storage.NewNodeID(), storage.NewNodeID(), storage.NewNodeID()
+	j, err := NewJobs(JobsConfig{ID: self, Peers: fixedPeers{[]string{self}, []string{a, b}}, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	// The other nodes on a memory network: while capture is off they
+	// keep nothing (a decode there would count in the allocations).
+	net := NewMemNetwork()
+	var mu sync.Mutex
+	var capture atomic.Bool
+	sent := map[string][]replJob{}
+	watch := map[string]bool{} // the ids of the last call, set before it
+	for _, id := range []string{a, b} {
+		tr := net.Join(id, func(_ string, m Message) {
+			if !capture.Load() || m.Type != MsgReplJob {
+				return
+			}
+			if _, jobs, err := decodeReplJobs(m.Payload); err == nil {
+				mu.Lock()
+				for _, r := range jobs {
+					if watch[r.Job.ID] {
+						sent[id] = append(sent[id], r)
+					}
+				}
+				mu.Unlock()
+			}
+		})
+		defer tr.Close()
+	}
+	var tr Transport = net.Join(self, func(string, Message) {})
+	defer tr.Close()
+	tr.SetPeer(a, "")
+	tr.SetPeer(b, "")
+	j.boundTr.Store(&tr)
+	mk := func(n int, nodes []string) []queue.Replication {
+		jobs := make([]queue.Replication, n)
+		for i := range jobs {
+			jobs[i] = queue.Replication{Job: &storage.Job{ID: storage.NewJobID(self, 3600, 60), Queue: "q", Repl: 3, Nodes: nodes}, Body: []byte("b")}
+		}
+		return jobs
+	}
+	planned := []string{self, a, b}
+	one, sixteen := mk(1, planned), mk(16, planned)
+	base := testing.AllocsPerRun(20, func() { j.SendAsync(one) })
+	all := testing.AllocsPerRun(20, func() { j.SendAsync(sixteen) })
+	// Each node's list of jobs grown to 16: four more arrays each.
+	if extra := all - base; extra > 10 {
+		t.Errorf("SendAsync of 16 jobs: %.0f allocations beyond one job's %.0f, want at most 10 (no node list a job)", extra, base)
+	}
+	// A planned job and one whose list does not start with this node,
+	// both new (the REPLJOBs above may still be on their way).
+	last, odd := mk(1, planned)[0], mk(1, []string{a, self})[0]
+	mu.Lock()
+	watch[last.Job.ID], watch[odd.Job.ID] = true, true
+	mu.Unlock()
+	capture.Store(true)
+	j.SendAsync([]queue.Replication{last, odd})
+	eventually(t, "the REPLJOBs", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(sent[a]) >= 2 && len(sent[b]) >= 1
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent[a]) != 2 || len(sent[b]) != 1 {
+		t.Fatalf("REPLJOBs: %d jobs to a (want 2), %d to b (want 1)", len(sent[a]), len(sent[b]))
+	}
+	for _, r := range sent[a] {
+		want := planned
+		if r.Job.ID == odd.Job.ID {
+			want = []string{self, a}
+		}
+		if !slices.Equal(r.Job.Nodes, want) {
+			t.Fatalf("job %s sent with nodes %v, want %v", r.Job.ID, r.Job.Nodes, want)
+		}
 	}
 }

@@ -171,9 +171,14 @@ type JobsStats struct {
 
 // pendingRepl is one job of a Replicate call.
 type pendingRepl struct {
-	need      int             // other nodes that must confirm
-	sent      []string        // nodes sent to, in order; only appended to
-	confirmed map[string]bool // nodes that answered GOTJOB; nil until one did
+	need int      // other nodes that must confirm
+	sent []string // nodes sent to, in order; only appended to
+	// confirmed: the nodes that answered GOTJOB, in the order they did;
+	// capped at need within one array of the Replicate call's, so that
+	// a GOTJOB allocates nothing (a map a job was two allocations on the
+	// origin); more confirmations than need (a node added late) append
+	// past it into an array of their own.
+	confirmed []string
 	// list is nodeList's last result, still right while it is one longer
 	// than sent (sent only grows); read and written under Jobs.mu.
 	list []string
@@ -424,41 +429,7 @@ func (j *Jobs) Replicate(jobs []queue.Replication) []queue.ReplicationResult {
 func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.ReplicationResult {
 	out := make([]queue.ReplicationResult, len(jobs))
 	wake := make(chan struct{}, 1)
-	self := j.self()
-	now := j.nowMillis()
-	prs := make([]*pendingRepl, len(jobs))
-	// One array of pendingRepls and one of their sent lists for the call
-	// (each list capped at its need: a node added later reallocates it),
-	// and confirmed made by the first GOTJOB (gotJobs): the origin paid
-	// about fifteen allocations a job here, each GC work later.
-	slab := make([]pendingRepl, len(jobs))
-	total := 0
-	for _, r := range jobs {
-		total += int(r.Job.Repl)
-	}
-	sentSlab := make([]string, 0, total)
-	short := false // a job has fewer planned nodes than it needs
-	for i, r := range jobs {
-		p := &slab[i]
-		*p = pendingRepl{need: int(r.Job.Repl) - 1, wake: wake, external: external, start: now, added: now}
-		if external {
-			p.need++
-		}
-		if need := max(p.need, 0); len(sentSlab)+need <= cap(sentSlab) {
-			p.sent = sentSlab[len(sentSlab) : len(sentSlab) : len(sentSlab)+need]
-			sentSlab = sentSlab[:len(sentSlab)+need]
-		}
-		if !external {
-			// The nodes planned when it was stored (SyncNodes) first.
-			for _, n := range r.Job.Nodes {
-				if n != self && len(p.sent) < p.need && !slices.Contains(p.sent, n) {
-					p.sent = append(p.sent, n)
-				}
-			}
-		}
-		short = short || len(p.sent) < p.need
-		prs[i] = p
-	}
+	prs, short := j.newPendingRepls(jobs, external, j.nowMillis(), wake)
 	var reach []string
 	if short {
 		reach = j.linkedIDs() // the rest at random, as SyncNodes would have
@@ -571,6 +542,53 @@ func (j *Jobs) replicate(jobs []queue.Replication, external bool) []queue.Replic
 	}
 }
 
+// newPendingRepls returns the pendingRepls of one Replicate call, each
+// with the nodes planned when its job was stored (SyncNodes), and whether
+// a job has fewer of them than it needs. One array of pendingRepls and
+// one of their sent lists and confirmed lists for the call (each list
+// capped at its need: a node added later reallocates it): the origin paid
+// about fifteen allocations a job here, each GC work later.
+func (j *Jobs) newPendingRepls(jobs []queue.Replication, external bool, now int64, wake chan struct{}) ([]*pendingRepl, bool) {
+	self := j.self()
+	prs := make([]*pendingRepl, len(jobs))
+	slab := make([]pendingRepl, len(jobs))
+	total := 0
+	for _, r := range jobs {
+		total += int(r.Job.Repl)
+	}
+	sentSlab := make([]string, 0, total)
+	confSlab := make([]string, total)
+	short := false
+	for i, r := range jobs {
+		p := &slab[i]
+		*p = pendingRepl{need: int(r.Job.Repl) - 1, wake: wake, external: external, start: now, added: now}
+		if external {
+			p.need++
+		}
+		if need := max(p.need, 0); len(sentSlab)+need <= cap(sentSlab) {
+			p.sent = sentSlab[len(sentSlab) : len(sentSlab) : len(sentSlab)+need]
+			sentSlab = sentSlab[:len(sentSlab)+need]
+			p.confirmed, confSlab = confSlab[:0:need], confSlab[need:]
+		}
+		if !external {
+			for _, n := range r.Job.Nodes {
+				if n != self && len(p.sent) < p.need && !slices.Contains(p.sent, n) {
+					p.sent = append(p.sent, n)
+				}
+			}
+			// Stored with this node and the nodes planned (SyncNodes),
+			// the job's own list is the copies' (nodeList's), as long as
+			// sent does not grow: not one more list a job.
+			if nodes := r.Job.Nodes; len(nodes) == len(p.sent)+1 && nodes[0] == self && slices.Equal(nodes[1:], p.sent) {
+				p.list = nodes
+			}
+		}
+		short = short || len(p.sent) < p.need
+		prs[i] = p
+	}
+	return prs, short
+}
+
 // maxAddNodeAfter bounds the wait before a short replication adds a node,
 // however slow the round trips were (ms).
 const maxAddNodeAfter = 1000
@@ -640,7 +658,7 @@ func (j *Jobs) sendRepl(jobs []queue.Replication, prs []*pendingRepl, nodes [][]
 				targets = prs[i].sent // only read below
 			} else {
 				for _, n := range prs[i].sent {
-					if !prs[i].confirmed[n] {
+					if !slices.Contains(prs[i].confirmed, n) {
 						targets = append(targets, n)
 					}
 				}
@@ -714,6 +732,12 @@ func (j *Jobs) SendAsync(jobs []queue.Replication) {
 	self := j.self()
 	nodes := make([][]string, len(jobs))
 	for i, r := range jobs {
+		if ns := r.Job.Nodes; len(ns) > 0 && ns[0] == self && !slices.Contains(ns[1:], self) {
+			// Stored as the broker plans it (this node, then AsyncNodes'):
+			// the list itself, not one more a job (only read).
+			nodes[i] = ns
+			continue
+		}
 		list := make([]string, 0, len(r.Job.Nodes))
 		list = append(list, self)
 		for _, n := range r.Job.Nodes {

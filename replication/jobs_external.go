@@ -89,7 +89,7 @@ type enqueueList struct {
 func (e *enqueues) add(p *pendingRepl, job *storage.Job, now int64) {
 	var cand []string
 	for _, n := range p.sent {
-		if p.confirmed[n] {
+		if slices.Contains(p.confirmed, n) {
 			cand = append(cand, n)
 		}
 	}

@@ -1,6 +1,8 @@
 package replication
 
 import (
+	"slices"
+
 	"github.com/diskque/diskque/queue"
 	"github.com/diskque/diskque/storage"
 )
@@ -292,7 +294,7 @@ func (j *Jobs) gotJobs(from string, ids []string, incarnation uint64) {
 	now := j.nowMillis()
 	for i, id := range ids {
 		p := j.repl[id]
-		if p == nil || p.confirmed[from] {
+		if p == nil || slices.Contains(p.confirmed, from) {
 			continue
 		}
 		if i == 0 {
@@ -301,10 +303,7 @@ func (j *Jobs) gotJobs(from string, ids []string, incarnation uint64) {
 			j.replRTT.Store(old + (max(now-p.start, 0)-old)/8)
 			j.rtt.observe(now - p.start)
 		}
-		if p.confirmed == nil {
-			p.confirmed = make(map[string]bool, p.need)
-		}
-		p.confirmed[from] = true
+		p.confirmed = append(p.confirmed, from)
 		if len(p.confirmed) >= p.need {
 			wakeUp(p.wake)
 		}

@@ -90,9 +90,7 @@ func (j *Jobs) NodesConfirmed(id string) []string {
 	j.mu.Lock()
 	if p := j.repl[id]; p != nil {
 		mine = !p.external
-		for n := range p.confirmed {
-			others = append(others, n)
-		}
+		others = append(others, p.confirmed...)
 	} else if gc := j.acks.get(id); gc != nil && gc.retries > 0 {
 		// A holder's collection waiting for its first round has none
 		// yet: Disque's nodes_confirmed is made by tryJobGC's first run.

@@ -10,6 +10,8 @@
 #   CPU=1 (either mode) also prints, on stderr, each run's CPU time per ADDJOB (user+system, µs) of the
 #   origin and of the two replicas: on a machine other work loads, a steadier figure than the ops/s.
 #   INFO=1 prints the origin's INFO cluster after the run (messages and jobs sent: REPLJOB batching).
+#   MALLOCS=1 (either mode) prints, on stderr, each run's heap allocations per ADDJOB of the three nodes (Go's
+#   go_memstats_mallocs_total from their metrics endpoints, before and after): a count the load does not move.
 set -u
 . "$(dirname "$0")/cluster-lib.sh"
 cmd=$1; shift
@@ -32,6 +34,9 @@ run() {
     (sleep 2; curl -s -o "$out/replica.prof" "http://127.0.0.1:$((b+101))/debug/pprof/${PROF:-profile}?seconds=$secs") & c2=$!
   fi
   cpu() { local t=0; for p in "${pids[@]}"; do t="$t $(awk '{print $14+$15}' /proc/$p/stat)"; done; echo $t; }
+  mallocs() { local t=; for i in 0 1 2; do t="$t $(curl -s http://127.0.0.1:$((b+100+i))/metrics |
+    awk '$1=="go_memstats_mallocs_total"{printf "%.0f", $2}')"; done; echo $t; }
+  local mbefore=; [ -n "${MALLOCS:-}" ] && mbefore=$(mallocs)
   local before; before=$(cpu)
   redis-benchmark -p ${P[0]} -c 50 -n ${N:-100000} -P $pipe --csv ADDJOB q "$body" 0 REPLICATE $repl ${EXTRA:-} 2>/dev/null |
     tail -1 | cut -d, -f2 | tr -d '"'
@@ -39,6 +44,10 @@ run() {
   if [ -n "${CPU:-}" ]; then
     echo "$before $(cpu)" | awk -v n=${N:-100000} -v hz=$(getconf CLK_TCK) -v bin="$bin" \
       '{printf "cpu us/job %s: origin %.1f replicas %.1f %.1f\n", bin, ($6-$2)*1e6/hz/n, ($7-$3)*1e6/hz/n, ($8-$4)*1e6/hz/n}' >&2
+  fi
+  if [ -n "${MALLOCS:-}" ]; then
+    echo "$mbefore $(mallocs)" | awk -v n=${N:-100000} -v bin="$bin" \
+      '{printf "allocs/job %s: origin %.1f replicas %.1f %.1f\n", bin, ($4-$1)/n, ($5-$2)/n, ($6-$3)/n}' >&2
   fi
   [ -n "$c1" ] && wait $c1 $c2
   return 0
