@@ -243,3 +243,37 @@ func TestGotAcksInOneReadEndInOneDelJob(t *testing.T) {
 		t.Fatalf("%d collections left", n)
 	}
 }
+
+// TestDelJobAfterThePairDeleteReadsNothing: the collector's DELJOB of a
+// copy this node deleted at its pair's SETACK (ackgc_pair.go) is answered
+// from memory: no read of the index for a job known to be gone, no record.
+// A DELJOB of another copy still deletes it.
+func TestDelJobAfterThePairDeleteReadsNothing(t *testing.T) {
+	c := newTestCluster(t, 2, -1)
+	a, b := c.nodes[0], c.nodes[1]
+	ids := heldCopies(t, a, b, 2)
+	b.jobs.HandleBatch(a.id, []Message{{Type: MsgSetAck, Payload: encodeSetAcks(ids[:1], []int{2})}})
+	if got := b.state(t, ids[0]); got != "" {
+		t.Fatalf("copy %s: state %q after its pair's SETACK, want deleted", ids[0], got)
+	}
+	eventually(t, "the GOTACK", func() bool { return a.jobs.Stats().GotAcksReceived == 1 })
+	// The delete's index writes go to Pebble: a lookup of the id now
+	// reads it there.
+	if err := b.st.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	gets := b.st.Stats().IndexGets
+	grew := aofGrowth(t, b, func() {
+		b.jobs.HandleBatch(a.id, []Message{{Type: MsgDelJob, Payload: encodeIDs(ids[:1])}})
+	})
+	if n := b.st.Stats().IndexGets - gets; n != 0 || grew != 0 {
+		t.Fatalf("the DELJOB of a copy deleted at its pair's SETACK made %d index reads and %d bytes of log, want none", n, grew)
+	}
+	b.jobs.HandleBatch(a.id, []Message{{Type: MsgDelJob, Payload: encodeIDs(ids[1:])}})
+	if got := b.state(t, ids[1]); got != "" {
+		t.Fatalf("copy %s: state %q after its DELJOB", ids[1], got)
+	}
+	if n := b.jobs.Stats().PendingAcks; n != 0 {
+		t.Fatalf("the holder keeps %d collections", n)
+	}
+}

@@ -14,7 +14,9 @@ import "github.com/diskque/diskque/queue"
 // (queue.CollectOp.Pair): one record. The messages do not change: the
 // GOTACK still says "known" (a durable delete promises more than a
 // durable ack: this node never delivers the job again) and the collector
-// still sends its DELJOB, which finds nothing here and writes nothing. So
+// still sends its DELJOB, which finds nothing here and writes nothing (the
+// gone set marks the ids it deleted so, and that DELJOB skips the store,
+// whose lookup would only find each id gone: jobs_gone.go takePairs). So
 // a peer of any version sees the protocol it knows, and nothing of the
 // collector changes.
 //
