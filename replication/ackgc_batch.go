@@ -100,9 +100,12 @@ func (j *Jobs) handleCollectRun(from string, ms []Message) {
 		var skip []bool
 		if c.del {
 			// Copies deleted here at from's SETACK, as a pair's: nothing
-			// is left to delete (jobs_gone.go takePairs). They still
-			// join the bookkeeping below (gone, endCollections).
+			// is left to delete (jobs_gone.go takePairs), unless a
+			// client's ACKJOB here left a dummy ack since (those go to
+			// the store: unskipCollecting). They still join the
+			// bookkeeping below (gone, endCollections).
 			skip = j.gone.takePairs(from, c.ids)
+			j.unskipCollecting(c.ids, skip)
 		}
 		for k, id := range c.ids {
 			if skip != nil && skip[k] {

@@ -277,3 +277,28 @@ func TestDelJobAfterThePairDeleteReadsNothing(t *testing.T) {
 		t.Fatalf("the holder keeps %d collections", n)
 	}
 }
+
+// TestDelJobAfterThePairDeleteStillEndsAClientsDummy: a client's ACKJOB
+// here of a job deleted at its pair's SETACK leaves a dummy ack and a
+// collection of it; the collector's DELJOB then deletes the dummy and ends
+// the collection, as it did before DELJOBs of such ids skipped the store.
+// (Skipping it ended the collection and kept the dummy: the Jepsen
+// checker's "leftover-dummy-ack", seed 1.)
+func TestDelJobAfterThePairDeleteStillEndsAClientsDummy(t *testing.T) {
+	c := newTestCluster(t, 2, -1)
+	a, b := c.nodes[0], c.nodes[1]
+	ids := heldCopies(t, a, b, 1)
+	b.jobs.HandleBatch(a.id, []Message{{Type: MsgSetAck, Payload: encodeSetAcks(ids, []int{2})}})
+	eventually(t, "the GOTACK", func() bool { return a.jobs.Stats().GotAcksReceived == 1 })
+	if _, err := b.broker.Ack(ids); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.state(t, ids[0]); got != "acked" {
+		t.Fatalf("an ACKJOB of a job deleted here left state %q, want a dummy ack", got)
+	}
+	b.jobs.HandleBatch(a.id, []Message{{Type: MsgDelJob, Payload: encodeIDs(ids)}})
+	if got := b.state(t, ids[0]); got != "" {
+		t.Fatalf("the collector's DELJOB left state %q: the dummy ack stays", got)
+	}
+	eventually(t, "no collection left", func() bool { return b.jobs.Stats().PendingAcks == 0 })
+}
