@@ -2,6 +2,8 @@ package storage
 
 import (
 	"bytes"
+	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -603,13 +605,56 @@ func (w *writeBuffer) runsWithin(dels []*bufEntry) (points []*bufEntry, ranges [
 }
 
 // sortedEntries returns m's entries in key order.
+//
+// The keys of one family share a prefix (job keys: the prefix byte and
+// the minting node's part of the id), so each entry is sorted by the 8
+// bytes after the prefix all the keys share, read once into an array
+// beside it: a comparison is two integers next to each other, not two
+// strings behind two pointers whose first dozen bytes are equal. Ties (8
+// equal bytes, or keys shorter) compare the whole keys. The string sort
+// was 5–7% of a giver's CPU in the federation drain, whose buffer flushes
+// sort the keys of thousands of random job ids each.
 func sortedEntries(m map[string]*bufEntry) []*bufEntry {
 	es := make([]*bufEntry, 0, len(m))
-	for _, e := range m {
+	common := -1
+	var first string
+	for key, e := range m {
 		es = append(es, e)
+		if common < 0 {
+			first, common = key, len(key)
+			continue
+		}
+		n := 0
+		for n < common && n < len(key) && key[n] == first[n] {
+			n++
+		}
+		common = n
 	}
-	slices.SortFunc(es, cmpEntryKey)
-	return es
+	if len(es) < 2 {
+		return es
+	}
+	// No pointer in what is sorted: its swaps need no write barrier.
+	type keyed struct {
+		k uint64
+		i int
+	}
+	ks := make([]keyed, len(es))
+	for i, e := range es {
+		var b [8]byte
+		copy(b[:], e.key[common:])
+		ks[i] = keyed{binary.BigEndian.Uint64(b[:]), i}
+	}
+	slices.SortFunc(ks, func(a, b keyed) int {
+		if a.k != b.k {
+			return cmp.Compare(a.k, b.k)
+		}
+		return strings.Compare(es[a.i].key, es[b.i].key)
+	})
+	out := make([]*bufEntry, len(es))
+	for i := range ks {
+		out[i] = es[ks[i].i]
+	}
+	return out
 }
 
 func cmpEntryKey(a, b *bufEntry) int { return strings.Compare(a.key, b.key) }
