@@ -59,9 +59,9 @@ func (j *Jobs) unpairCollected(ops []queue.CollectOp) {
 }
 
 // unskipCollecting clears skip[k] (takePairs' answer for a DELJOB's ids)
-// for the ids a collection of runs here: a client's ACKJOB here of a job
-// already deleted at its pair's SETACK leaves a dummy ack, which the
-// collector's DELJOB deletes (and endCollections then ends its
+// for the ids a collection of runs here: a client's ACKJOB (or FASTACK)
+// here of a job already deleted at its pair's SETACK leaves a dummy ack,
+// which the collector's DELJOB deletes (and endCollections then ends its
 // collection) as before; skipping the store would end the collection and
 // leave the dummy. (A DELJOB read before that ACKJOB's collection is
 // recorded leaves the dummy to its collection, which deletes it.)

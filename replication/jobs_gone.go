@@ -111,9 +111,9 @@ func (g *goneIDs) addMarked(ids []string, mark uint8) {
 // it back while its id is in the set: a REPLJOB of it is dropped, a
 // SETACK of it leaves no dummy ack (ackgc_batch.go), and no node can give
 // it (its only other holder, from, acked it before its SETACK). Only a
-// client's ACKJOB here can: it leaves a dummy ack, with a collection of
-// its own, and the caller sends the DELJOBs of ids collected here to the
-// store still (Jobs.unskipCollecting). Otherwise the DELJOB has nothing
+// client's ACKJOB or FASTACK here can: it leaves a dummy ack, with a
+// collection of its own, and the caller sends the DELJOBs of ids
+// collected here to the store still (Jobs.unskipCollecting). Otherwise the DELJOB has nothing
 // to delete here, and its store op would only look the id up to find it
 // gone. A second DELJOB of the id finds no mark and goes to the store, as
 // every DELJOB did before.
