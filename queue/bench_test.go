@@ -17,10 +17,12 @@ import (
 )
 
 var benchMemtable = flag.Uint64("bench.memtable", 0, "storage MemTableSize for the benchmarks (0: default)")
+var benchWriteBuffer = flag.Int64("bench.writebuffer", 0, "storage WriteBufferSize (0: default)")
 
 func benchBroker(b *testing.B, policy wal.SyncPolicy) *Broker {
 	opts := storage.DefaultOptions()
 	opts.MemTableSize = *benchMemtable
+	opts.WriteBufferSize = *benchWriteBuffer
 	opts.FS = vfs.Default
 	opts.Sync = policy
 	st, err := storage.Open(b.TempDir(), opts)

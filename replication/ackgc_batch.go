@@ -97,7 +97,20 @@ func (j *Jobs) handleCollectRun(from string, ms []Message) {
 			bad(m, err)
 			continue
 		}
+		var skip []bool
+		if c.del {
+			// Copies deleted here at from's SETACK, as a pair's: nothing
+			// is left to delete (jobs_gone.go takePairs), unless a
+			// client's ACKJOB here left a dummy ack since (those go to
+			// the store: unskipCollecting). They still join the
+			// bookkeeping below (gone, endCollections).
+			skip = j.gone.takePairs(from, c.ids)
+			j.unskipCollecting(c.ids, skip)
+		}
 		for k, id := range c.ids {
+			if skip != nil && skip[k] {
+				continue
+			}
 			op := queue.CollectOp{ID: id, Delete: c.del, Search: !c.del && c.mayhave[k] == 0}
 			if !c.del && c.mayhave[k] == 2 {
 				op.Pair = from // ackgc_pair.go
@@ -115,7 +128,7 @@ func (j *Jobs) handleCollectRun(from string, ms []Message) {
 		acks = acks || !c.del && len(c.ids) > 0
 		msgs = append(msgs, c)
 	}
-	if len(ops) == 0 {
+	if len(msgs) == 0 {
 		return
 	}
 	j.unpairCollected(ops) // ackgc_pair.go

@@ -14,7 +14,9 @@ import "github.com/diskque/diskque/queue"
 // (queue.CollectOp.Pair): one record. The messages do not change: the
 // GOTACK still says "known" (a durable delete promises more than a
 // durable ack: this node never delivers the job again) and the collector
-// still sends its DELJOB, which finds nothing here and writes nothing. So
+// still sends its DELJOB, which finds nothing here and writes nothing (the
+// gone set marks the ids it deleted so, and that DELJOB skips the store,
+// whose lookup would only find each id gone: jobs_gone.go takePairs). So
 // a peer of any version sees the protocol it knows, and nothing of the
 // collector changes.
 //
@@ -52,6 +54,26 @@ func (j *Jobs) unpairCollected(ops []queue.CollectOp) {
 	for i := range ops {
 		if ops[i].Pair != "" && j.acks.get(ops[i].ID) != nil {
 			ops[i].Pair = ""
+		}
+	}
+}
+
+// unskipCollecting clears skip[k] (takePairs' answer for a DELJOB's ids)
+// for the ids a collection of runs here: a client's ACKJOB (or FASTACK)
+// here of a job already deleted at its pair's SETACK leaves a dummy ack,
+// which the collector's DELJOB deletes (and endCollections then ends its
+// collection) as before; skipping the store would end the collection and
+// leave the dummy. (A DELJOB read before that ACKJOB's collection is
+// recorded leaves the dummy to its collection, which deletes it.)
+func (j *Jobs) unskipCollecting(ids []string, skip []bool) {
+	if skip == nil {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for k, id := range ids {
+		if skip[k] && j.acks.get(id) != nil {
+			skip[k] = false
 		}
 	}
 }

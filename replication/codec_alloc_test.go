@@ -335,3 +335,48 @@ func TestSendAsyncSharesTheStoredNodeList(t *testing.T) {
 		}
 	}
 }
+
+// TestYourJobsCodecAllocations bounds what a YOURJOBS of 16 jobs allocates,
+// as TestReplJobCodecAllocations does a REPLJOB's: encoding, its one
+// buffer; decoding, per job its id, its body and its node list, and per
+// message the jobs' two arrays, the queue name and the node ids, shared.
+// Decoding allocated 8 objects a job (the body twice, the queue name and
+// each node id again, the job alone), encoding one more per job (the body
+// copied into a string).
+func TestYourJobsCodecAllocations(t *testing.T) {
+	const n = 16
+	var jobs []queue.Replica
+	for i, r := range replJobsForTest(n) {
+		r.Job.State = storage.StateActive
+		r.Job.Nacks, r.Job.AdditionalDeliveries = uint32(i), 2
+		jobs = append(jobs, queue.Replica{Job: r.Job, Body: r.Body, First: uint64(i % 2 * 9)})
+	}
+	var p []byte
+	if a := testing.AllocsPerRun(50, func() { p = encodeYourJobs(jobs) }); a > 1 {
+		t.Errorf("encoding %d jobs: %.0f allocations, want 1", n, a)
+	}
+	var got []queue.Replica
+	a := testing.AllocsPerRun(50, func() {
+		var err error
+		if got, err = decodeYourJobs(p); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if want := 3*n + 6; a > float64(want) {
+		t.Errorf("decoding %d jobs: %.0f allocations, want at most %d", n, a, want)
+	}
+	for i := range jobs {
+		if !reflect.DeepEqual(got[i].Job, jobs[i].Job) || !bytes.Equal(got[i].Body, jobs[i].Body) || got[i].First != jobs[i].First {
+			t.Fatalf("job %d: decoded %+v %q first %d, sent %+v first %d", i, got[i].Job, got[i].Body, got[i].First, jobs[i].Job, jobs[i].First)
+		}
+	}
+	got[0].Job.Nodes[0] = "changed"
+	got[0].Body[0] = 'y'
+	if got[1].Job.Nodes[0] != jobs[1].Job.Nodes[0] || got[1].Body[0] != 'x' {
+		t.Fatal("two decoded jobs share a node list or a body")
+	}
+	got[0].Job.Nodes = append(got[0].Job.Nodes, "more")
+	if fmt.Sprint(got[1].Job.Nodes) != fmt.Sprint(jobs[1].Job.Nodes) {
+		t.Fatal("appending to a decoded node list changed another job's")
+	}
+}

@@ -350,7 +350,9 @@
 //     names exactly this node and the sender, deletes the copy instead of
 //     acking it (ackgc_pair.go: one record, not an ack and later a
 //     delete; the GOTACK says known and the sender's DELJOB finds
-//     nothing, so the messages are those of any version). Its GOTACKs are one: the
+//     nothing, so the messages are those of any version); the gone set
+//     marks such ids, and the sender's DELJOB of a marked id skips the
+//     store (jobs_gone.go takePairs: no lookup of a job known gone). Its GOTACKs are one: the
 //     jobs they finish go in one DELJOB per holder and one delete here.
 //     No delete of the collection is waited for, the collector's
 //     (Broker.DeleteCollected) or a DELJOB's: each follows an ack durable

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -93,5 +94,35 @@ func TestGoneIDsBounded(t *testing.T) {
 	}
 	if oh[0].first != 1 || oh[1].first != 2 || oh[2].first != 4 {
 		t.Fatalf("headers %v do not follow their copies", oh)
+	}
+}
+
+// TestGoneIDsPairMarks: an id deleted at a collector's SETACK as a pair's
+// is taken once, by that collector's DELJOB only; an id the set forgot
+// has no mark left.
+func TestGoneIDsPairMarks(t *testing.T) {
+	var g goneIDs
+	g.add([]string{"plain"})
+	g.addPairs("A", []string{"a1", "a2"})
+	g.addPairs("B", []string{"b1", "plain"}) // plain keeps its (no) mark
+	if got := g.takePairs("B", []string{"a1", "plain", "unknown"}); got != nil {
+		t.Fatalf("B took %v of A's, a plain and an unknown id: want none", got)
+	}
+	if got := g.takePairs("C", []string{"a1", "b1"}); got != nil {
+		t.Fatalf("a node with no marks took %v", got)
+	}
+	if got := g.takePairs("A", []string{"a2", "b1", "a1"}); !slices.Equal(got, []bool{true, false, true}) {
+		t.Fatalf("A took %v, want its two", got)
+	}
+	if got := g.takePairs("A", []string{"a1"}); got != nil || !g.has("a1") {
+		t.Fatalf("A's second DELJOB of a1 took %v (has %v): want nothing taken, the id still gone", got, g.has("a1"))
+	}
+	ids := make([]string, maxGoneIDs)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("id-%d", i)
+	}
+	g.add(ids) // forgets every id above
+	if got := g.takePairs("B", []string{"b1"}); got != nil {
+		t.Fatalf("a forgotten id was taken: %v", got)
 	}
 }

@@ -78,7 +78,7 @@ func encodeYourJobs(jobs []queue.Replica) []byte {
 		b = binary.AppendUvarint(b, uint64(j.Nacks))
 		b = binary.AppendUvarint(b, uint64(j.AdditionalDeliveries))
 		b = appendNodes(b, j.Nodes)
-		b = appendString(b, string(r.Body))
+		b = appendBytes(b, r.Body)
 		if inc != 0 {
 			first := byte(0)
 			if r.First == inc {
@@ -106,10 +106,17 @@ func decodeYourJobs(p []byte) ([]queue.Replica, error) {
 		d.version()
 	}
 	n := d.count(minYourJobBytes)
+	// As decodeReplJobs: one array of jobs, the queue name and node ids
+	// decoded once for the message (a NEEDJOBS answer is one queue's jobs,
+	// with the same two holders), each body copied once. The asker stores
+	// every job it imports: this was 8 allocations a job.
+	slab := make([]storage.Job, n)
 	jobs := make([]queue.Replica, 0, n)
+	var seen internTable
 	for i := 0; i < n && d.err == nil; i++ {
-		j := &storage.Job{ID: d.id(), State: storage.StateActive}
-		j.Queue = d.queueName()
+		j := &slab[i]
+		j.ID, j.State = d.id(), storage.StateActive
+		j.Queue = d.queueNameIn(&seen)
 		j.Ctime = d.uvarint()
 		j.Etime = d.varint()
 		j.Delay = d.u32()
@@ -117,9 +124,8 @@ func decodeYourJobs(p []byte) ([]queue.Replica, error) {
 		j.Repl = uint16(d.bounded(65535))
 		j.Nacks = d.u32()
 		j.AdditionalDeliveries = d.u32()
-		j.Nodes = d.nodes()
-		body := d.str()
-		r := queue.Replica{Job: j, Body: []byte(body)}
+		j.Nodes = d.nodesIn(&seen)
+		r := queue.Replica{Job: j, Body: d.bytes()}
 		if inc != 0 {
 			switch d.byte() {
 			case 0:

@@ -1,6 +1,9 @@
 package replication
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // Ended jobs a late REPLJOB must not bring back.
 //
@@ -40,21 +43,52 @@ const maxGoneIDs = 1 << 17
 // goneIDs is the set of ended ids, oldest first in ring (its own lock,
 // never taken with Jobs.mu held).
 type goneIDs struct {
-	mu   sync.Mutex
-	set  map[string]struct{}
+	mu sync.Mutex
+	// set maps an id to 0, or to 1 + the index in pairPeers of the
+	// collector whose SETACK deleted the copy here as a pair's
+	// (ackgc_pair.go) and whose DELJOB of it has not come yet
+	// (takePairs).
+	set  map[string]uint8
 	ring []string
 	next int
+	// pairPeers: the collectors the marks name (a node's few peers; past
+	// 255 of them an id goes unmarked, and its DELJOB takes the store's
+	// path).
+	pairPeers []string
 }
 
 // add remembers ids, forgetting the oldest past maxGoneIDs.
 func (g *goneIDs) add(ids []string) {
+	g.addMarked(ids, 0)
+}
+
+// addPairs remembers ids as add does, each marked as deleted here at
+// from's SETACK as a pair's copy, so that from's DELJOB of it needs no
+// lookup (takePairs). An id remembered already keeps its mark.
+func (g *goneIDs) addPairs(from string, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	g.mu.Lock()
+	mark := uint8(0)
+	if k := slices.Index(g.pairPeers, from); k >= 0 {
+		mark = uint8(k + 1)
+	} else if len(g.pairPeers) < 255 {
+		g.pairPeers = append(g.pairPeers, from)
+		mark = uint8(len(g.pairPeers))
+	}
+	g.mu.Unlock()
+	g.addMarked(ids, mark)
+}
+
+func (g *goneIDs) addMarked(ids []string, mark uint8) {
 	if len(ids) == 0 {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.set == nil {
-		g.set = map[string]struct{}{}
+		g.set = map[string]uint8{}
 	}
 	for _, id := range ids {
 		if _, ok := g.set[id]; ok {
@@ -67,8 +101,41 @@ func (g *goneIDs) add(ids []string) {
 			g.ring[g.next] = id
 			g.next = (g.next + 1) % maxGoneIDs
 		}
-		g.set[id] = struct{}{}
+		g.set[id] = mark
 	}
+}
+
+// takePairs reports which of ids (a DELJOB from from) carry from's mark
+// (addPairs), clearing those marks: nil when none does. Such a copy was
+// deleted here, durably, at from's SETACK, and nothing can have brought
+// it back while its id is in the set: a REPLJOB of it is dropped, a
+// SETACK of it leaves no dummy ack (ackgc_batch.go), and no node can give
+// it (its only other holder, from, acked it before its SETACK). Only a
+// client's ACKJOB or FASTACK here can: it leaves a dummy ack, with a
+// collection of its own, and the caller sends the DELJOBs of ids
+// collected here to the store still (Jobs.unskipCollecting). Otherwise the DELJOB has nothing
+// to delete here, and its store op would only look the id up to find it
+// gone. A second DELJOB of the id finds no mark and goes to the store, as
+// every DELJOB did before.
+func (g *goneIDs) takePairs(from string, ids []string) []bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	k := slices.Index(g.pairPeers, from)
+	if k < 0 || len(g.set) == 0 {
+		return nil
+	}
+	mark := uint8(k + 1)
+	var taken []bool
+	for i, id := range ids {
+		if m, ok := g.set[id]; ok && m == mark {
+			if taken == nil {
+				taken = make([]bool, len(ids))
+			}
+			taken[i] = true
+			g.set[id] = 0
+		}
+	}
+	return taken
 }
 
 // has reports whether id is remembered as ended.

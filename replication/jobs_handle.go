@@ -364,7 +364,9 @@ func (j *Jobs) answerSetAcks(from string, ids []string, mayhave []int, res []que
 	// Recorded before the GOTACK goes, so the DELJOB it brings finds
 	// the collections and ends them.
 	if len(deleted) > 0 {
-		j.gone.add(deleted) // jobs_gone.go: as a DELJOB's deletes
+		// jobs_gone.go: as a DELJOB's deletes, marked so that from's
+		// DELJOB of them skips the store (takePairs).
+		j.gone.addPairs(from, deleted)
 	}
 	j.heldAcked(from, held, dummies, j.cfg.Now())
 	if len(collect) > 0 {
