@@ -9,8 +9,14 @@ package storage
 // refill (Store.QueueHead, under mu) and Store.Job (cacheRead: only if
 // nothing could have written the job since). Entries are never modified in
 // place. Eviction is first in, first out. Guarded by Store.mu.
+//
+// The map is keyed by the id's bytes (idKey), held in its slot: a consumed
+// job is looked up in it four or five times, each a probe of a map of tens
+// of thousands of entries, and a string key's comparison followed its
+// pointer to the id, a second cache miss per probe. An id that is not
+// JobIDLen long (none is) is never cached.
 type jobCache struct {
-	m    map[string]*Job
+	m    map[idKey]*Job
 	ring []string // ids in insertion order; "" for a free slot
 	next int
 }
@@ -19,14 +25,27 @@ func newJobCache(size int) *jobCache {
 	if size <= 0 {
 		return nil
 	}
-	return &jobCache{m: make(map[string]*Job, size), ring: make([]string, size)}
+	return &jobCache{m: make(map[idKey]*Job, size), ring: make([]string, size)}
+}
+
+// cacheKey returns id as the cache's key; false if id cannot be cached.
+func cacheKey(id string) (k idKey, ok bool) {
+	if len(id) != JobIDLen {
+		return k, false
+	}
+	copy(k[:], id)
+	return k, true
 }
 
 func (c *jobCache) get(id string) (*Job, bool) {
 	if c == nil {
 		return nil, false
 	}
-	j, ok := c.m[id]
+	k, ok := cacheKey(id)
+	if !ok {
+		return nil, false
+	}
+	j, ok := c.m[k]
 	return j, ok
 }
 
@@ -35,16 +54,21 @@ func (c *jobCache) put(j *Job) {
 	if c == nil {
 		return
 	}
-	if _, ok := c.m[j.ID]; ok {
-		c.m[j.ID] = j
+	k, ok := cacheKey(j.ID)
+	if !ok {
+		return
+	}
+	if _, ok := c.m[k]; ok {
+		c.m[k] = j
 		return
 	}
 	if old := c.ring[c.next]; old != "" {
-		delete(c.m, old)
+		ko, _ := cacheKey(old) // every id in the ring was cacheable
+		delete(c.m, ko)
 	}
 	c.ring[c.next] = j.ID
 	c.next = (c.next + 1) % len(c.ring)
-	c.m[j.ID] = j
+	c.m[k] = j
 }
 
 // reset forgets every job.
@@ -58,7 +82,10 @@ func (c *jobCache) reset() {
 
 // drop forgets a deleted job. Its ring slot stays until reused.
 func (c *jobCache) drop(id string) {
-	if c != nil {
-		delete(c.m, id)
+	if c == nil {
+		return
+	}
+	if k, ok := cacheKey(id); ok {
+		delete(c.m, k)
 	}
 }
