@@ -34,7 +34,7 @@ import (
 // Pebble (Store.getBuffered, Store.scanMerged). Guarded by Store.mu.
 type writeBuffer struct {
 	// t holds every key but the job keys and the schedule keys, which go
-	// to maps (hashedKeys). Job keys are random (a btree insert is a dozen
+	// to ids (hashedKeys). Job keys are random (a btree insert is a dozen
 	// comparisons, each a cache miss, the dearest part of a write into the
 	// buffer) and only looked up in the hot path; schedule keys are only
 	// scanned by the timer loader, minutes apart, and mostly live and die
