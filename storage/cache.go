@@ -9,14 +9,8 @@ package storage
 // refill (Store.QueueHead, under mu) and Store.Job (cacheRead: only if
 // nothing could have written the job since). Entries are never modified in
 // place. Eviction is first in, first out. Guarded by Store.mu.
-//
-// The map is keyed by the id's bytes (idKey), held in its slot: a consumed
-// job is looked up in it four or five times, each a probe of a map of tens
-// of thousands of entries, and a string key's comparison followed its
-// pointer to the id, a second cache miss per probe. An id that is not
-// JobIDLen long (none is) is never cached.
 type jobCache struct {
-	m    map[idKey]*Job
+	m    map[string]*Job
 	ring []string // ids in insertion order; "" for a free slot
 	next int
 }
@@ -25,27 +19,14 @@ func newJobCache(size int) *jobCache {
 	if size <= 0 {
 		return nil
 	}
-	return &jobCache{m: make(map[idKey]*Job, size), ring: make([]string, size)}
-}
-
-// cacheKey returns id as the cache's key; false if id cannot be cached.
-func cacheKey(id string) (k idKey, ok bool) {
-	if len(id) != JobIDLen {
-		return k, false
-	}
-	copy(k[:], id)
-	return k, true
+	return &jobCache{m: make(map[string]*Job, size), ring: make([]string, size)}
 }
 
 func (c *jobCache) get(id string) (*Job, bool) {
 	if c == nil {
 		return nil, false
 	}
-	k, ok := cacheKey(id)
-	if !ok {
-		return nil, false
-	}
-	j, ok := c.m[k]
+	j, ok := c.m[id]
 	return j, ok
 }
 
@@ -54,21 +35,16 @@ func (c *jobCache) put(j *Job) {
 	if c == nil {
 		return
 	}
-	k, ok := cacheKey(j.ID)
-	if !ok {
-		return
-	}
-	if _, ok := c.m[k]; ok {
-		c.m[k] = j
+	if _, ok := c.m[j.ID]; ok {
+		c.m[j.ID] = j
 		return
 	}
 	if old := c.ring[c.next]; old != "" {
-		ko, _ := cacheKey(old) // every id in the ring was cacheable
-		delete(c.m, ko)
+		delete(c.m, old)
 	}
 	c.ring[c.next] = j.ID
 	c.next = (c.next + 1) % len(c.ring)
-	c.m[k] = j
+	c.m[j.ID] = j
 }
 
 // reset forgets every job.
@@ -82,10 +58,7 @@ func (c *jobCache) reset() {
 
 // drop forgets a deleted job. Its ring slot stays until reused.
 func (c *jobCache) drop(id string) {
-	if c == nil {
-		return
-	}
-	if k, ok := cacheKey(id); ok {
-		delete(c.m, k)
+	if c != nil {
+		delete(c.m, id)
 	}
 }
