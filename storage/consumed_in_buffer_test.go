@@ -62,11 +62,16 @@ func TestJobConsumedInTheBufferCostsPebbleNothing(t *testing.T) {
 				}
 				return true
 			})
-			for _, m := range []map[string]*bufEntry{w.jobs.m, w.sched.m, w.dels} {
-				for k := range m {
-					if strings.Contains(k, j.ID) {
-						left = append(left, k)
+			for _, h := range []*hashedKeys{&w.jobs, &w.sched} {
+				w.each(h, func(e *bufEntry) {
+					if strings.Contains(e.key, j.ID) {
+						left = append(left, e.key)
 					}
+				})
+			}
+			for k := range w.dels {
+				if strings.Contains(k, j.ID) {
+					left = append(left, k)
 				}
 			}
 			if len(left) > 0 {

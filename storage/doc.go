@@ -118,11 +118,13 @@
 // moment it is buffered, not only once it is flushed. Job keys, random
 // and only looked up in the hot path, and schedule keys, only scanned by
 // the timer loader minutes apart and mostly dead within one buffer (a
-// delivered job's retry event, an acked job's TTL event), sit in maps
-// beside the buffer's btree and are sorted when a flush, a JSCAN or the
-// loader needs them in order (schedule keys from the order they were
-// written, nearly sorted); so do the deletions of keys Pebble
-// holds, which a scan only needs to hide Pebble's keys. Job and queue keys
+// delivered job's retry event, an acked job's TTL event), sit beside the
+// buffer's btree in one map by job id — one entry holds a job's job key
+// and its schedule keys, so an operation's writes of them probe the map
+// once — and are sorted when a flush, a JSCAN or the loader needs them in
+// order (schedule keys from the order they were written, nearly sorted);
+// the deletions of keys Pebble holds sit in a map of their own, as a scan
+// only needs them to hide Pebble's keys. Job and queue keys
 // keep the job they encode, so reads through the buffer do not decode it
 // (and a new job skips the job cache: the buffer holds it until Pebble
 // does).

@@ -34,7 +34,7 @@ import (
 // Pebble (Store.getBuffered, Store.scanMerged). Guarded by Store.mu.
 type writeBuffer struct {
 	// t holds every key but the job keys and the schedule keys, which go
-	// to maps (hashedKeys). Job keys are random (a btree insert is a dozen
+	// to ids (hashedKeys). Job keys are random (a btree insert is a dozen
 	// comparisons, each a cache miss, the dearest part of a write into the
 	// buffer) and only looked up in the hot path; schedule keys are only
 	// scanned by the timer loader, minutes apart, and mostly live and die
@@ -45,6 +45,18 @@ type writeBuffer struct {
 	t     *btree.BTreeG[*bufEntry]
 	jobs  hashedKeys
 	sched hashedKeys
+	// ids holds the entries of both families, job keys and schedule keys,
+	// by the job id that ends them: one map entry per job, not one per
+	// key. A job's ADD, delivery and ack each write its job key and one or
+	// two schedule keys; as separate string-keyed entries each write was a
+	// probe of a large map (a cache miss, and another to compare the key
+	// in the arena) — a tenth of a server's CPU under producers and
+	// consumers at once. The id is the map's key inline, and the keys of
+	// one operation find their job's entry in last (lastID), not the map.
+	ids      map[idKey]*idKeys
+	idSlab   []idKeys
+	lastID   idKey
+	lastKeys *idKeys // ids[lastID], or nil
 	// dels holds the deletions of keys (other than job keys) that Pebble
 	// may hold: tombstones only filter Pebble's keys in a scan, so they need
 	// no order until a flush. A consumer's deletions (queue and schedule
@@ -96,10 +108,36 @@ type bufEntry struct {
 	// wrong (Set) and, under invariants, checks Pebble before it drops a
 	// fresh key without a tombstone (Delete).
 	fresh bool
+	// gone: a later write of the key replaced this entry, or the entry
+	// was dropped (a hashed family's order skips it).
+	gone bool
 	// job is value decoded, when the writer gave it (SetJob). Jobs are
 	// never changed once stored, so readers may share it.
 	job *Job
 }
+
+// idKey is a job id as a map key, held in the map's slot.
+type idKey [JobIDLen]byte
+
+// idKeys is what the buffer holds of one job id's hashed keys: the last
+// write of its job key (nil: none) and of each of its schedule keys (a
+// job has two or three: its TTL event, a delay or retry event, and a
+// deletion of a former one that Pebble holds).
+type idKeys struct {
+	job   *bufEntry
+	sched []*bufEntry // in inl unless it outgrew it
+	inl   [3]*bufEntry
+}
+
+func (k *idKeys) empty() bool { return k.job == nil && len(k.sched) == 0 }
+
+// idKeysOverhead is what an id adds to the buffer's bytes beyond its
+// entries: nothing, as the per-key maps' slots before it were not counted
+// either. Counting its idKeys and map slot (112 bytes) flushed the buffer
+// 12% more often under producers and consumers at once (0.57 flushes per
+// 1,000 jobs of BenchmarkMixed100, against 0.51), more jobs outlived their
+// buffer, and that cost more than the map probes saved.
+const idKeysOverhead = 0
 
 // bufEntryOverhead approximates an entry's memory beyond its key and value:
 // the struct and the tree's slot.
@@ -113,26 +151,35 @@ const (
 func newWriteBuffer() *writeBuffer {
 	return &writeBuffer{
 		t:     btree.NewG(32, func(a, b *bufEntry) bool { return a.key < b.key }),
-		jobs:  hashedKeys{m: map[string]*bufEntry{}, prefix: prefixJob},
-		sched: hashedKeys{m: map[string]*bufEntry{}, prefix: prefixSchedule, ordered: true},
+		jobs:  hashedKeys{prefix: prefixJob, keyLen: 1 + JobIDLen},
+		sched: hashedKeys{prefix: prefixSchedule, keyLen: 1 + 8 + 1 + JobIDLen, sched: true, ordered: true},
 		dels:  map[string]*bufEntry{},
+		ids:   map[idKey]*idKeys{},
 	}
 }
 
-// hashedKeys is one family of keys the buffer keeps in a map rather than
-// its tree: every key starting with prefix, with its last write (a value or
-// a deletion). A key of the family is in m and nowhere else in the buffer.
+// hashedKeys is one family of keys the buffer keeps by job id rather than
+// in its tree: every key starting with prefix, with its last write (a value
+// or a deletion). A key of the family keyLen long ends with a job id and is
+// held in the buffer's ids; any other (none the store writes) in odd. A key
+// of the family is there and nowhere else in the buffer.
 type hashedKeys struct {
-	m      map[string]*bufEntry
 	prefix byte
+	keyLen int
+	// sched: the family is the schedule's (several keys per id), not the
+	// jobs' (one).
+	sched bool
+	// n counts the family's entries.
+	n   int
+	odd map[string]*bufEntry
 	// ordered: the family's keys are mostly written in key order (the
 	// schedule: due times), so order (every entry made, in the order made,
-	// with those since replaced, which sorted skips) sorts in about linear
-	// time; for random keys (jobs) it is not kept.
+	// with those since replaced or dropped, marked gone) sorts in about
+	// linear time; for random keys (jobs) it is not kept.
 	ordered bool
 	order   []*bufEntry
-	// sortedCache is m in key order, built by sorted; nil once a key is
-	// written again.
+	// sortedCache is the family in key order, built by sorted; nil once a
+	// key is written again.
 	sortedCache []*bufEntry
 }
 
@@ -151,32 +198,170 @@ func (w *writeBuffer) hashed(key []byte) *hashedKeys {
 	return nil
 }
 
-func (h *hashedKeys) put(e *bufEntry) {
-	h.m[e.key] = e
+// keysOf returns the id's entry of ids for key (of a family, keyLen long),
+// made if create and there is none; nil if there is none.
+func (w *writeBuffer) keysOf(key string, create bool) *idKeys {
+	var id idKey
+	copy(id[:], key[len(key)-JobIDLen:])
+	if w.lastKeys != nil && w.lastID == id {
+		return w.lastKeys
+	}
+	k := w.ids[id]
+	if k == nil {
+		if !create {
+			return nil
+		}
+		if len(w.idSlab) == cap(w.idSlab) {
+			w.idSlab = make([]idKeys, 0, bufSlabEntries)
+		}
+		w.idSlab = append(w.idSlab, idKeys{})
+		k = &w.idSlab[len(w.idSlab)-1]
+		k.sched = k.inl[:0]
+		w.ids[id] = k
+		w.bytes += idKeysOverhead
+	}
+	w.lastID, w.lastKeys = id, k
+	return k
+}
+
+// get returns the family's entry for key.
+func (w *writeBuffer) get(h *hashedKeys, key string) (*bufEntry, bool) {
+	if len(key) != h.keyLen {
+		e, ok := h.odd[key]
+		return e, ok
+	}
+	k := w.keysOf(key, false)
+	if k == nil {
+		return nil, false
+	}
+	if !h.sched {
+		return k.job, k.job != nil
+	}
+	for _, e := range k.sched {
+		if e.key == key {
+			return e, true
+		}
+	}
+	return nil, false
+}
+
+// put makes e the family's entry for its key, replacing the one it had.
+func (w *writeBuffer) put(h *hashedKeys, e *bufEntry) {
 	h.sortedCache = nil
 	if h.ordered {
 		h.order = append(h.order, e)
 	}
+	if len(e.key) != h.keyLen {
+		if h.odd == nil {
+			h.odd = map[string]*bufEntry{}
+		}
+		if old, ok := h.odd[e.key]; ok {
+			old.gone = true
+		} else {
+			h.n++
+		}
+		h.odd[e.key] = e
+		return
+	}
+	k := w.keysOf(e.key, true)
+	if !h.sched {
+		if k.job != nil {
+			k.job.gone = true
+		} else {
+			h.n++
+		}
+		k.job = e
+		return
+	}
+	for i, old := range k.sched {
+		if old.key == e.key {
+			old.gone = true
+			k.sched[i] = e
+			return
+		}
+	}
+	k.sched = append(k.sched, e)
+	h.n++
 }
 
-func (h *hashedKeys) drop(key string) {
-	delete(h.m, key)
+// drop removes the family's entry for key, if any.
+func (w *writeBuffer) drop(h *hashedKeys, key string) {
 	h.sortedCache = nil
+	if len(key) != h.keyLen {
+		if old, ok := h.odd[key]; ok {
+			old.gone = true
+			delete(h.odd, key)
+			h.n--
+		}
+		return
+	}
+	k := w.keysOf(key, false)
+	if k == nil {
+		return
+	}
+	if !h.sched {
+		if k.job != nil {
+			k.job.gone = true
+			k.job = nil
+			h.n--
+		}
+	} else {
+		for i, old := range k.sched {
+			if old.key == key {
+				old.gone = true
+				k.sched = slices.Delete(k.sched, i, i+1)
+				h.n--
+				break
+			}
+		}
+	}
+	if k.empty() {
+		w.forgetID(key)
+	}
+}
+
+// forgetID removes the entry of ids of the id that ends key (it holds
+// nothing more).
+func (w *writeBuffer) forgetID(key string) {
+	var id idKey
+	copy(id[:], key[len(key)-JobIDLen:])
+	delete(w.ids, id)
+	if w.lastID == id {
+		w.lastKeys = nil
+	}
+}
+
+// each calls fn for every entry of the family (in no order).
+func (w *writeBuffer) each(h *hashedKeys, fn func(*bufEntry)) {
+	for _, k := range w.ids {
+		if !h.sched {
+			if k.job != nil {
+				fn(k.job)
+			}
+			continue
+		}
+		for _, e := range k.sched {
+			fn(e)
+		}
+	}
+	for _, e := range h.odd {
+		fn(e)
+	}
 }
 
 // sorted returns the family's entries in key order.
-func (h *hashedKeys) sorted() []*bufEntry {
-	if h.sortedCache != nil || len(h.m) == 0 {
+func (w *writeBuffer) sorted(h *hashedKeys) []*bufEntry {
+	if h.sortedCache != nil || h.n == 0 {
 		return h.sortedCache
 	}
+	es := make([]*bufEntry, 0, h.n)
 	if !h.ordered {
-		h.sortedCache = sortedEntries(h.m)
-		return h.sortedCache
-	}
-	es := make([]*bufEntry, 0, len(h.m))
-	for _, e := range h.order {
-		if h.m[e.key] == e { // not replaced or dropped since
-			es = append(es, e)
+		w.each(h, func(e *bufEntry) { es = append(es, e) })
+	} else {
+		for _, e := range h.order {
+			if !e.gone { // not replaced or dropped since
+				es = append(es, e)
+			}
 		}
 	}
 	sortEntries(es)
@@ -187,11 +372,12 @@ func (h *hashedKeys) sorted() []*bufEntry {
 // within reports whether the family may hold keys in [lower, upper)
 // (upper "": no bound).
 func (h *hashedKeys) within(lower, upper string) bool {
-	return len(h.m) > 0 && (upper == "" || upper > string([]byte{h.prefix})) && lower < string([]byte{h.prefix + 1})
+	return h.n > 0 && (upper == "" || upper > string([]byte{h.prefix})) && lower < string([]byte{h.prefix + 1})
 }
 
 func (h *hashedKeys) reset() {
-	clear(h.m)
+	h.n = 0
+	h.odd = nil
 	clear(h.order)
 	h.order = h.order[:0]
 	h.sortedCache = nil
@@ -242,7 +428,7 @@ var rangeDeleted = &bufEntry{del: true}
 // buffer knows nothing of it (read Pebble then).
 func (w *writeBuffer) lookup(key []byte) (*bufEntry, bool) {
 	if h := w.hashed(key); h != nil {
-		e, ok := h.m[unsafeString(key)]
+		e, ok := w.get(h, unsafeString(key))
 		if !ok && w.covered(key) {
 			return rangeDeleted, true
 		}
@@ -280,7 +466,7 @@ func (w *writeBuffer) Set(key, value []byte, fresh bool) error {
 // SetJob is Set keeping j, the job value encodes, beside it.
 func (w *writeBuffer) SetJob(key, value []byte, fresh bool, j *Job) error {
 	if h := w.hashed(key); h != nil {
-		old, ok := h.m[unsafeString(key)]
+		old, ok := w.get(h, unsafeString(key))
 		if ok && fresh && !old.del {
 			return freshClaimError(key)
 		}
@@ -289,7 +475,7 @@ func (w *writeBuffer) SetJob(key, value []byte, fresh bool, j *Job) error {
 		if ok {
 			e.fresh = old.fresh
 		}
-		h.put(e)
+		w.put(h, e)
 		return nil
 	}
 	e := w.newEntry(key, value, false, fresh)
@@ -321,13 +507,13 @@ func freshClaimError(key []byte) error {
 func (w *writeBuffer) Delete(key []byte) error {
 	e := w.newEntry(key, nil, true, false)
 	if h := w.hashed(key); h != nil {
-		if old, ok := h.m[e.key]; ok && old.fresh {
+		if old, ok := w.get(h, e.key); ok && old.fresh {
 			if err := w.checkNotInPebble(key); err != nil {
 				return err
 			}
-			h.drop(e.key)
+			w.drop(h, e.key)
 		} else {
-			h.put(e)
+			w.put(h, e)
 		}
 		return nil
 	}
@@ -403,14 +589,24 @@ func (w *writeBuffer) DeleteRange(start, end []byte) error {
 	for _, e := range drop {
 		w.t.Delete(e)
 	}
-	for _, m := range []map[string]*bufEntry{w.jobs.m, w.sched.m, w.dels} {
-		for k := range m {
-			if k >= string(start) && k < string(end) {
-				delete(m, k)
+	in := func(k string) bool { return k >= string(start) && k < string(end) }
+	for _, h := range []*hashedKeys{&w.jobs, &w.sched} {
+		var keys []string
+		w.each(h, func(e *bufEntry) {
+			if in(e.key) {
+				keys = append(keys, e.key)
 			}
+		})
+		for _, k := range keys {
+			w.drop(h, k)
+		}
+		h.sortedCache = nil
+	}
+	for k := range w.dels {
+		if in(k) {
+			delete(w.dels, k)
 		}
 	}
-	w.jobs.sortedCache, w.sched.sortedCache = nil, nil
 	clear(w.spans)
 	w.rangeDels = append(w.rangeDels, [2][]byte{bytes.Clone(start), bytes.Clone(end)})
 	return nil
@@ -429,7 +625,7 @@ func (w *writeBuffer) emit(pb *pebble.Batch) error {
 	// The schedule's deletions join the tree's for the runs (a schedule
 	// key sorts after every key dels holds but the resume set's: merge).
 	var schedSets, schedDels []*bufEntry
-	for _, e := range w.sched.sorted() {
+	for _, e := range w.sorted(&w.sched) {
 		if e.del {
 			schedDels = append(schedDels, e)
 		} else {
@@ -463,7 +659,7 @@ func (w *writeBuffer) emit(pb *pebble.Batch) error {
 	jobsFrom := &bufEntry{key: string([]byte{prefixJob})}
 	schedFrom := &bufEntry{key: string([]byte{prefixSchedule})}
 	w.t.AscendLessThan(jobsFrom, put)
-	for _, e := range w.jobs.sorted() {
+	for _, e := range w.sorted(&w.jobs) {
 		if !put(e) {
 			return err
 		}
@@ -616,16 +812,6 @@ func (w *writeBuffer) runsWithin(dels []*bufEntry) (points []*bufEntry, ranges [
 	return points, ranges, nil
 }
 
-// sortedEntries returns m's entries in key order.
-func sortedEntries(m map[string]*bufEntry) []*bufEntry {
-	es := make([]*bufEntry, 0, len(m))
-	for _, e := range m {
-		es = append(es, e)
-	}
-	sortEntries(es)
-	return es
-}
-
 func cmpEntryKey(a, b *bufEntry) int { return strings.Compare(a.key, b.key) }
 
 // mergeSorted merges two slices of entries in key order.
@@ -651,6 +837,8 @@ func (w *writeBuffer) reset() {
 	w.t.Clear(true)
 	w.jobs.reset()
 	w.sched.reset()
+	clear(w.ids)
+	w.idSlab, w.lastKeys = nil, nil
 	clear(w.dels)
 	clear(w.delOrder)
 	w.delOrder = w.delOrder[:0]
@@ -671,7 +859,7 @@ func (w *writeBuffer) cursor(lower, upper string, reverse bool) entryCursor {
 		if !h.within(lower, upper) {
 			continue
 		}
-		es := h.sorted()
+		es := w.sorted(h)
 		at := func(k string) int {
 			i, _ := slices.BinarySearchFunc(es, k, func(e *bufEntry, k string) int { return strings.Compare(e.key, k) })
 			return i

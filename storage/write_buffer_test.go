@@ -41,6 +41,44 @@ func TestWriteBufferDeletionRunsMatchPebble(t *testing.T) {
 	checkBufferMatchesPebble(t, keys, 100, rand.New(rand.NewPCG(3, 4)))
 }
 
+// TestWriteBufferByJobIDMatchesPebble is TestWriteBufferMatchesPebble over
+// keys shaped like the store's job and schedule keys, which the buffer keeps
+// by job id (several schedule keys of one id, and keys of ids that share a
+// prefix), beside a queue's keys and a job key of another length.
+func TestWriteBufferByJobIDMatchesPebble(t *testing.T) {
+	var keys []string
+	for _, id := range []string{fmt.Sprintf("%040d", 1), fmt.Sprintf("%040d", 2), fmt.Sprintf("%039d3", 0)[:39] + "4"} {
+		keys = append(keys, string(jobKey(id)), string(queueKey("qa", 7, id)),
+			string(scheduleKey(5, EventTTL, id)), string(scheduleKey(5, EventRetry, id)),
+			string(scheduleKey(9, EventRetry, id)), string(scheduleKey(2, EventDelay, id)))
+	}
+	keys = append(keys, "j1", "s1", "p1")
+	checkBufferMatchesPebble(t, keys, 200, rand.New(rand.NewPCG(5, 6)))
+}
+
+// TestWriteBufferOneEntryPerJobID: a job's job key and schedule keys take
+// one entry of the buffer's id map, which goes with the last of them.
+func TestWriteBufferOneEntryPerJobID(t *testing.T) {
+	w := newWriteBuffer()
+	id := fmt.Sprintf("%040d", 7)
+	jk, ttl, retry := jobKey(id), scheduleKey(5, EventTTL, id), scheduleKey(9, EventRetry, id)
+	mustDo(t, w.Set(jk, []byte("v"), true), w.Set(ttl, nil, true), w.Set(retry, nil, true))
+	if len(w.ids) != 1 || w.jobs.n != 1 || w.sched.n != 2 {
+		t.Fatalf("%d ids, %d job keys, %d schedule keys; want 1, 1, 2", len(w.ids), w.jobs.n, w.sched.n)
+	}
+	mustDo(t, w.Delete(jk), w.Delete(retry))
+	if len(w.ids) != 1 {
+		t.Fatalf("%d ids with the TTL key left, want 1", len(w.ids))
+	}
+	mustDo(t, w.Delete(ttl))
+	if len(w.ids) != 0 || w.jobs.n != 0 || w.sched.n != 0 {
+		t.Fatalf("%d ids, %d job keys, %d schedule keys left of a job created and deleted in the buffer", len(w.ids), w.jobs.n, w.sched.n)
+	}
+	if e, ok := w.lookup(ttl); ok {
+		t.Fatalf("a dropped key reads %+v", e)
+	}
+}
+
 func checkBufferMatchesPebble(t *testing.T, keys []string, rounds int, rng *rand.Rand) {
 	open := func() *pebble.DB {
 		db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), DisableWAL: true, Logger: quietPebble{}})
@@ -126,8 +164,8 @@ func TestWriteBufferCancelsShortLivedKeys(t *testing.T) {
 		mustDo(t, w.Set([]byte(p+"new"), []byte("1"), true), w.Set([]byte(p+"new"), []byte("2"), false), w.Delete([]byte(p+"new")))
 		mustDo(t, w.Set([]byte(p+"old"), []byte("1"), false), w.Delete([]byte(p+"old")))
 	}
-	if w.t.Len() != 0 || len(w.dels) != 1 || len(w.jobs.m) != 1 || len(w.sched.m) != 1 {
-		t.Fatalf("%d + %d + %d + %d entries, want only the old keys' tombstones", w.t.Len(), len(w.dels), len(w.jobs.m), len(w.sched.m))
+	if w.t.Len() != 0 || len(w.dels) != 1 || w.jobs.n != 1 || w.sched.n != 1 {
+		t.Fatalf("%d + %d + %d + %d entries, want only the old keys' tombstones", w.t.Len(), len(w.dels), w.jobs.n, w.sched.n)
 	}
 	for _, k := range []string{"qold", "jold", "sold"} {
 		if e, ok := w.lookup([]byte(k)); !ok || !e.del {
@@ -135,8 +173,8 @@ func TestWriteBufferCancelsShortLivedKeys(t *testing.T) {
 		}
 	}
 	w.reset()
-	if w.t.Len() != 0 || len(w.dels) != 0 || len(w.jobs.m) != 0 || len(w.sched.m) != 0 || len(w.rangeDels) != 0 || w.bytes != 0 {
-		t.Fatalf("reset left %d + %d + %d entries, %d bytes", w.t.Len(), len(w.dels), len(w.jobs.m), w.bytes)
+	if w.t.Len() != 0 || len(w.dels) != 0 || w.jobs.n != 0 || w.sched.n != 0 || len(w.rangeDels) != 0 || w.bytes != 0 {
+		t.Fatalf("reset left %d + %d + %d entries, %d bytes", w.t.Len(), len(w.dels), w.jobs.n, w.bytes)
 	}
 }
 
@@ -301,7 +339,7 @@ func TestSortedEntriesIsKeyOrder(t *testing.T) {
 			m[k] = &bufEntry{key: k}
 		}
 		var got []string
-		for _, e := range sortedEntries(m) {
+		for _, e := range sortedOf(m) {
 			got = append(got, e.key)
 		}
 		want := slices.Sorted(maps.Keys(m))
@@ -309,6 +347,13 @@ func TestSortedEntriesIsKeyOrder(t *testing.T) {
 			t.Fatalf("%s: %d keys out of order", name, len(want))
 		}
 	}
+}
+
+// sortedOf returns m's entries sorted as a flush sorts a family's.
+func sortedOf(m map[string]*bufEntry) []*bufEntry {
+	es := slices.Collect(maps.Values(m))
+	sortEntries(es)
+	return es
 }
 
 // BenchmarkSortedEntries: a flush's sort of the job keys of 5,000 ids of
@@ -321,6 +366,6 @@ func BenchmarkSortedEntries(b *testing.B) {
 		m[k] = &bufEntry{key: k}
 	}
 	for b.Loop() {
-		sortedEntries(m)
+		sortedOf(m)
 	}
 }
