@@ -65,7 +65,13 @@ func startBusNode(t *testing.T) *busNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.jobs, err = replication.NewJobs(replication.JobsConfig{ID: id, Peers: n.member, Logger: quiet}); err != nil {
+	// No node added for a late confirmation before the ADDJOB's timeout
+	// (ResendInterval, Disque's 50 ms by default, also paces adding a
+	// node when the copies' answers are late): the test counts the copies
+	// of REPLICATE n, and on a loaded machine a copy fsynced by a slow
+	// disk can take longer than 50 ms to confirm.
+	if n.jobs, err = replication.NewJobs(replication.JobsConfig{ID: id, Peers: n.member, Logger: quiet,
+		ResendInterval: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	jobs.Store(n.jobs)
