@@ -181,8 +181,14 @@ func (b *Broker) tickChunk(now int64, limit int, clustered bool) (fired int, mor
 		more = true
 	case loaderFull:
 		// Due events may be on disk after the cursor: the next chunk
-		// loads them into the room this one frees.
-		more = more || b.cursor.Due <= now
+		// loads them into the room this one frees. If this one frees
+		// none (nothing in the wheel is due), the room is taken by events
+		// past the cursor, which a full wheel's cursor moved back before
+		// (syncTimersLocked): they make way, or the next chunk would find
+		// the wheel as full and Tick would loop for good.
+		if !more && b.cursor.Due <= now {
+			more = len(due) > 0 || b.makeRoomLocked(loadChunk) > 0
+		}
 	}
 	pending, err = b.fireLocked(due, now, &notes)
 	if !more {
@@ -373,6 +379,34 @@ func (b *Broker) loadTimersLocked(now int64, budget int) error {
 			return nil
 		}
 	}
+}
+
+// makeRoomLocked takes up to n events past the loader's cursor out of the
+// wheel and returns how many it took. They are all on disk, and the loader
+// puts them back when its cursor reaches them, after the earlier events it
+// must load first. A WILLQUEUE companion goes with its retry event, and the
+// loader makes it again (addEventLocked: in a cluster, for a retry event it
+// does not hold). So a retry event stays when the loader would not make
+// the wheel as it was: its companion gone in a cluster (fired: a second one
+// would send a second WILLQUEUE for the same retry), or held out of one.
+func (b *Broker) makeRoomLocked(n int) int {
+	var out []storage.Event
+	b.wheel.Events(func(e storage.Event) bool {
+		switch {
+		case e.Kind == eventWillQueue || cmpEvent(e, b.cursor) <= 0:
+		case e.Kind == storage.EventRetry && b.wheel.Holds(e.ID, eventWillQueue) != b.inCluster:
+		default:
+			out = append(out, e)
+		}
+		return len(out) < n
+	})
+	for _, e := range out {
+		b.wheel.Remove(e.ID, e.Kind)
+		if e.Kind == storage.EventRetry {
+			b.wheel.Remove(e.ID, eventWillQueue)
+		}
+	}
+	return len(out)
 }
 
 // queueIdleMillis is how long an empty queue nobody waits on keeps its

@@ -3,6 +3,8 @@ package queue
 import (
 	"testing"
 	"time"
+
+	"github.com/diskque/diskque/storage"
 )
 
 // TestLiveTimersBoundedByMaxTimers: timers that arrive with jobs (not from
@@ -41,5 +43,51 @@ func TestLiveTimersBoundedByMaxTimers(t *testing.T) {
 	}
 	if n := f.st.QueueLen("q"); n != jobs {
 		t.Fatalf("%d of %d jobs requeued after their retry", n, jobs)
+	}
+}
+
+// TestFullWheelOfLaterEventsFiresAnEarlierOne: a wheel full (MaxTimers) of
+// events not due yet, and a job arriving with an earlier one: the wheel
+// takes none and the cursor moves back before it. Once that event is due,
+// Tick must load and fire it — the later events the wheel holds past the
+// cursor are on disk too, and give up their room — and return. It used to
+// loop for good: the loader found no room, nothing in the wheel was due,
+// and the cursor, due by now, said more was to come.
+func TestFullWheelOfLaterEventsFiresAnEarlierOne(t *testing.T) {
+	const maxTimers = 40
+	f := newFixture(t, 64)
+	f.mod = func(o *Options) { o.MaxTimers = maxTimers }
+	f.restart()
+	if err := f.b.Tick(f.clock.ms.Load()); err != nil {
+		t.Fatal(err)
+	}
+	f.addMany("later", maxTimers, func(r *AddRequest) { r.Delay = 60 })
+	early := f.add("early", "due first", func(r *AddRequest) { r.Delay = 1 })
+	ticked := make(chan error, 1)
+	go func() { ticked <- f.b.Tick(f.clock.advance(2 * time.Second)) }()
+	select {
+	case err := <-ticked:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		f.b.mu.Lock()
+		held, cursor := f.b.wheel.Len(), f.b.cursor.Due
+		f.b.mu.Unlock()
+		t.Fatalf("Tick did not return within 10 s (the wheel holds %d events, the cursor is %d ms before now)",
+			held, f.clock.ms.Load()-cursor)
+	}
+	if j, err := f.st.Job(early); err != nil || j.State != storage.StateQueued {
+		t.Fatalf("2 s after its DELAY 1 the job is %+v (%v), want queued", j, err)
+	}
+	if n := f.st.QueueLen("later"); n != 0 {
+		t.Fatalf("%d jobs of DELAY 60 queued after 2 s", n)
+	}
+	// The later ones still fire, once each, at their time.
+	if err := f.b.Tick(f.clock.advance(60 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.st.QueueLen("later"); n != maxTimers {
+		t.Fatalf("%d of %d jobs of DELAY 60 queued after 62 s", n, maxTimers)
 	}
 }

@@ -255,6 +255,18 @@ func (w *Wheel) Holds(id string, kind storage.EventKind) bool {
 	return en != nil
 }
 
+// Events calls f with every event held, in no particular order, until f
+// returns false. f must not add or remove events (Holds is fine).
+func (w *Wheel) Events(f func(storage.Event) bool) {
+	for _, head := range w.index {
+		for x := head; x != nil; x = x.next {
+			if !f(x.ev) {
+				return
+			}
+		}
+	}
+}
+
 // Remove removes the event (id, kind) and reports whether it was held.
 func (w *Wheel) Remove(id string, kind storage.EventKind) bool {
 	_, en, prev := w.find(id, kind)

@@ -501,6 +501,23 @@ func TestMembershipForgetBan(t *testing.T) {
 	if err := a.m.Forget(randomID(t)); !errors.Is(err, ErrUnknownNode) {
 		t.Errorf("Forget(unknown) = %v", err)
 	}
+	// OnChange tells what changed since it last ran: c learned and
+	// forgotten before it ran is no change to it, and no "gone" comes (the
+	// transport was never told of c either). allReachable reads the table,
+	// not what OnChange was told, so wait for that first.
+	heard := func(id string) func() bool {
+		return func() bool {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			for _, ch := range a.changes {
+				if ch.ID == id {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	waitFor(t, 10*time.Second, "OnChange says c is there", heard(c.id))
 	// Taken before Forget, so the ban ends at forgot + ban or later.
 	forgot := time.Now()
 	if err := a.m.Forget(c.id); err != nil {
@@ -514,16 +531,7 @@ func TestMembershipForgetBan(t *testing.T) {
 	}
 	// A deadline, not a timing claim: OnChange is called from the
 	// membership's own goroutine, late on a loaded machine (2 s failed).
-	waitFor(t, 10*time.Second, "OnChange says c is gone", func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		for _, ch := range a.changes {
-			if ch.ID == "-"+c.id {
-				return true
-			}
-		}
-		return false
-	})
+	waitFor(t, 10*time.Second, "OnChange says c is gone", heard("-"+c.id))
 	// Gossip goes on (c changes its metadata, b pushes its state); c must
 	// stay out for the ban.
 	if err := c.m.SetLeaving(true); err != nil {
