@@ -187,7 +187,7 @@ func (b *Broker) tickChunk(now int64, limit int, clustered bool) (fired int, mor
 		// (syncTimersLocked): they make way, or the next chunk would find
 		// the wheel as full and Tick would loop for good.
 		if !more && b.cursor.Due <= now {
-			more = len(due) > 0 || b.makeRoomLocked(loadChunk) > 0
+			more = len(due) > 0 || b.makeRoomLocked(loadChunk, now) > 0
 		}
 	}
 	pending, err = b.fireLocked(due, now, &notes)
@@ -385,16 +385,22 @@ func (b *Broker) loadTimersLocked(now int64, budget int) error {
 // wheel and returns how many it took. They are all on disk, and the loader
 // puts them back when its cursor reaches them, after the earlier events it
 // must load first. A WILLQUEUE companion goes with its retry event, and the
-// loader makes it again (addEventLocked: in a cluster, for a retry event it
-// does not hold). So a retry event stays when the loader would not make
-// the wheel as it was: its companion gone in a cluster (fired: a second one
-// would send a second WILLQUEUE for the same retry), or held out of one.
-func (b *Broker) makeRoomLocked(n int) int {
+// loader makes it again in a cluster (addEventLocked: for a retry event the
+// wheel does not hold). So the one retry event that stays is a clustered
+// one whose companion is gone because it fired (due by now): the loader
+// would send a second WILLQUEUE for the same retry. A companion-less retry
+// whose companion is not due was made without one (no other node held the
+// job): the loader's companion for it announces the requeue to nobody.
+// A retry that stays is due within WillQueueAdvance (nothing held is due
+// when this runs), so Ticks that find only such events scan the wheel for
+// at most that long.
+func (b *Broker) makeRoomLocked(n int, now int64) int {
 	var out []storage.Event
 	b.wheel.Events(func(e storage.Event) bool {
 		switch {
 		case e.Kind == eventWillQueue || cmpEvent(e, b.cursor) <= 0:
-		case e.Kind == storage.EventRetry && b.wheel.Holds(e.ID, eventWillQueue) != b.inCluster:
+		case e.Kind == storage.EventRetry && b.inCluster && willQueueCompanion(e).Due <= now &&
+			!b.wheel.Holds(e.ID, eventWillQueue): // its companion fired
 		default:
 			out = append(out, e)
 		}

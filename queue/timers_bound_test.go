@@ -91,3 +91,40 @@ func TestFullWheelOfLaterEventsFiresAnEarlierOne(t *testing.T) {
 		t.Fatalf("%d of %d jobs of DELAY 60 queued after 62 s", n, maxTimers)
 	}
 }
+
+// TestFullClusterWheelOfLaterRetriesFiresAnEarlierOne is the test above in
+// a cluster, with the wheel full of the retry events of delivered
+// REPLICATE 1 jobs. Such a retry has no WILLQUEUE companion (no other node
+// holds the job), and a companion-less retry whose companion is not due
+// yet was made without one: it is on disk like any other and must make way
+// too. Keeping every companion-less retry, as if its companion had fired,
+// held the earlier event back until the later retries fired (up to the
+// loader's horizon) — here, still delayed 2 s after its DELAY 1.
+func TestFullClusterWheelOfLaterRetriesFiresAnEarlierOne(t *testing.T) {
+	const maxTimers = 40
+	rc := &recCluster{willQueue: map[string]int{}, queued: map[string]int{}}
+	f := newFixture(t, 64)
+	f.mod = func(o *Options) { o.MaxTimers, o.Cluster = maxTimers, rc }
+	f.restart()
+	if err := f.b.Tick(f.clock.ms.Load()); err != nil {
+		t.Fatal(err)
+	}
+	f.addMany("later", maxTimers, func(r *AddRequest) { r.Replicate, r.Retry = 1, 300 })
+	if got := len(f.get(maxTimers, "later")); got != maxTimers {
+		t.Fatalf("delivered %d jobs, want %d", got, maxTimers)
+	}
+	early := f.add("early", "due first", func(r *AddRequest) { r.Replicate, r.Delay = 1, 1 })
+	if err := f.b.Tick(f.clock.advance(2 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := f.st.Job(early); err != nil || j.State != storage.StateQueued {
+		t.Fatalf("2 s after its DELAY 1 the job is %+v (%v), want queued", j, err)
+	}
+	// The later retries still fire, once each, at their time.
+	if err := f.b.Tick(f.clock.advance(300 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.st.QueueLen("later"); n != maxTimers {
+		t.Fatalf("%d of %d delivered jobs requeued after their RETRY 300", n, maxTimers)
+	}
+}
