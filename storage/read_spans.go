@@ -128,15 +128,9 @@ func spanCut(dels []*bufEntry, n int, keys []QueuePos) (points []*bufEntry, rang
 	if len(dels) == 0 {
 		return nil, nil
 	}
-	start, k := 0, 0 // dels[start:k] is the run so far
-	cut := func() {
-		if k-start >= minDeletionRun {
-			ranges = append(ranges, [2][]byte{[]byte(dels[start].key), append([]byte(dels[k-1].key), 0)})
-		} else {
-			points = append(points, dels[start:k]...)
-		}
-		start = k
-	}
+	var r deletionRuns
+	k := 0 // r.start..k is the run so far
+	cut := func() { r.cut(dels, k) }
 	i, _ := slices.BinarySearchFunc(keys, dels[0], func(p QueuePos, d *bufEntry) int { return -cmpDelPos(d, n, p) })
 	for _, p := range keys[i:] {
 		for k < len(dels) && cmpDelPos(dels[k], n, p) < 0 {
@@ -151,9 +145,8 @@ func spanCut(dels []*bufEntry, n int, keys []QueuePos) (points []*bufEntry, rang
 		}
 		cut() // Pebble holds p and it stays: no range may cover it
 	}
-	k = len(dels)
-	cut()
-	return points, ranges
+	r.cut(dels, len(dels))
+	return r.points, r.ranges
 }
 
 // cmpDelPos compares the queue key d (of a family n bytes long) with the

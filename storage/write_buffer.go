@@ -53,6 +53,11 @@ type writeBuffer struct {
 	// in the arena) — a tenth of a server's CPU under producers and
 	// consumers at once. The id is the map's key inline, and the keys of
 	// one operation find their job's entry in last (lastID), not the map.
+	// An id's idKeys and slot (112 bytes) are not counted in bytes, as the
+	// per-key maps' slots before them were not: counted, they flushed the
+	// buffer 12% more often under producers and consumers at once (0.57
+	// flushes per 1,000 jobs of BenchmarkMixed100, against 0.51), more jobs
+	// outlived their buffer, and that cost more than the probes saved.
 	ids      map[idKey]*idKeys
 	idSlab   []idKeys
 	lastID   idKey
@@ -130,14 +135,6 @@ type idKeys struct {
 }
 
 func (k *idKeys) empty() bool { return k.job == nil && len(k.sched) == 0 }
-
-// idKeysOverhead is what an id adds to the buffer's bytes beyond its
-// entries: nothing, as the per-key maps' slots before it were not counted
-// either. Counting its idKeys and map slot (112 bytes) flushed the buffer
-// 12% more often under producers and consumers at once (0.57 flushes per
-// 1,000 jobs of BenchmarkMixed100, against 0.51), more jobs outlived their
-// buffer, and that cost more than the map probes saved.
-const idKeysOverhead = 0
 
 // bufEntryOverhead approximates an entry's memory beyond its key and value:
 // the struct and the tree's slot.
@@ -218,7 +215,6 @@ func (w *writeBuffer) keysOf(key string, create bool) *idKeys {
 		k = &w.idSlab[len(w.idSlab)-1]
 		k.sched = k.inl[:0]
 		w.ids[id] = k
-		w.bytes += idKeysOverhead
 	}
 	w.lastID, w.lastKeys = id, k
 	return k
@@ -771,15 +767,9 @@ func (w *writeBuffer) runsWithin(dels []*bufEntry) (points []*bufEntry, ranges [
 	if err != nil {
 		return nil, nil, err
 	}
-	start, k := 0, 0 // dels[start:k] is the run so far
-	cut := func() {
-		if k-start >= minDeletionRun {
-			ranges = append(ranges, [2][]byte{[]byte(dels[start].key), append([]byte(dels[k-1].key), 0)})
-		} else {
-			points = append(points, dels[start:k]...)
-		}
-		start = k
-	}
+	var r deletionRuns
+	k := 0 // r.start..k is the run so far
+	cut := func() { r.cut(dels, k) }
 	breaks := 0
 	for ok := it.First(); ok; {
 		key := unsafeString(it.Key())
@@ -804,12 +794,30 @@ func (w *writeBuffer) runsWithin(dels []*bufEntry) (points []*bufEntry, ranges [
 		return nil, nil, err
 	}
 	if breaks >= 4 && k < breaks*minDeletionRun {
-		points = append(points, dels[start:]...)
-		return points, ranges, nil
+		r.points = append(r.points, dels[r.start:]...)
+		return r.points, r.ranges, nil
 	}
-	k = len(dels)
-	cut()
-	return points, ranges, nil
+	r.cut(dels, len(dels))
+	return r.points, r.ranges, nil
+}
+
+// deletionRuns splits a flush's sorted deletions into runs, each ended
+// where Pebble holds a key that stays: a run of at least minDeletionRun
+// deletions becomes one range deletion, a shorter one stays points.
+type deletionRuns struct {
+	start  int // the first deletion of the run so far
+	points []*bufEntry
+	ranges [][2][]byte
+}
+
+// cut ends the run at dels[k] (exclusive).
+func (r *deletionRuns) cut(dels []*bufEntry, k int) {
+	if k-r.start >= minDeletionRun {
+		r.ranges = append(r.ranges, [2][]byte{[]byte(dels[r.start].key), append([]byte(dels[k-1].key), 0)})
+	} else {
+		r.points = append(r.points, dels[r.start:k]...)
+	}
+	r.start = k
 }
 
 func cmpEntryKey(a, b *bufEntry) int { return strings.Compare(a.key, b.key) }
