@@ -14,19 +14,7 @@ import (
 // left. cpu-ns/job is the process's CPU time per job moved.
 func BenchmarkRemoteNeedJobs(b *testing.B) {
 	const asker = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
-	br := benchBroker(b, wal.SyncNever)
-	body := make([]byte, 100)
-	reqs := make([]AddRequest, 100)
-	for i := range reqs {
-		reqs[i] = AddRequest{Queue: "q", Body: body, TTL: 86400, Retry: 300, Replicate: 1}
-	}
-	for added := 0; added < b.N; added += len(reqs) {
-		for _, r := range br.AddJobs(reqs[:min(len(reqs), b.N-added)]) {
-			if r.Err != nil {
-				b.Fatal(r.Err)
-			}
-		}
-	}
+	br := giverBroker(b)
 	b.ResetTimer()
 	cpu0 := cputime.Used()
 	moved := 0
@@ -44,6 +32,8 @@ func BenchmarkRemoteNeedJobs(b *testing.B) {
 	b.ReportMetric(float64((cputime.Used()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/job")
 }
 
+var benchNoDelJob = flag.Bool("bench.nodeljob", false, "BenchmarkGiverDrain: no DELJOBs")
+
 // BenchmarkGiverDrain is the giver's whole share of the federation drain
 // below the bus: b.N at-least-once jobs queued (REPLICATE 1, 100-byte
 // bodies), then, until none is left, a NEEDJOBS of 100 for another node
@@ -52,23 +42,9 @@ func BenchmarkRemoteNeedJobs(b *testing.B) {
 // just moved (mayhave 2: the pair's delete) and its DELJOBs for those of
 // the round before (which find nothing left). cpu-ns/job is the process's
 // CPU time per job moved and collected.
-var benchNoDelJob = flag.Bool("bench.nodeljob", false, "BenchmarkGiverDrain: no DELJOBs")
-
 func BenchmarkGiverDrain(b *testing.B) {
 	const asker = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
-	br := benchBroker(b, wal.SyncNever)
-	body := make([]byte, 100)
-	reqs := make([]AddRequest, 100)
-	for i := range reqs {
-		reqs[i] = AddRequest{Queue: "q", Body: body, TTL: 86400, Retry: 300, Replicate: 1}
-	}
-	for added := 0; added < b.N; added += len(reqs) {
-		for _, r := range br.AddJobs(reqs[:min(len(reqs), b.N-added)]) {
-			if r.Err != nil {
-				b.Fatal(r.Err)
-			}
-		}
-	}
+	br := giverBroker(b)
 	b.ResetTimer()
 	cpu0 := cputime.Used()
 	moved := 0
@@ -106,4 +82,24 @@ func BenchmarkGiverDrain(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64((cputime.Used()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/job")
+}
+
+// giverBroker is a broker holding b.N at-least-once jobs queued in "q"
+// (REPLICATE 1, 100-byte bodies), as a federation drain's giver starts.
+func giverBroker(b *testing.B) *Broker {
+	b.Helper()
+	br := benchBroker(b, wal.SyncNever)
+	body := make([]byte, 100)
+	reqs := make([]AddRequest, 100)
+	for i := range reqs {
+		reqs[i] = AddRequest{Queue: "q", Body: body, TTL: 86400, Retry: 300, Replicate: 1}
+	}
+	for added := 0; added < b.N; added += len(reqs) {
+		for _, r := range br.AddJobs(reqs[:min(len(reqs), b.N-added)]) {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+		}
+	}
+	return br
 }

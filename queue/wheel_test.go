@@ -830,12 +830,7 @@ func TestWheelEventsOfOneJobCostOneLookup(t *testing.T) {
 // ttl events, on a wheel of 200k events (the index does not fit in cache).
 func BenchmarkWheelNewCopy(b *testing.B) {
 	const held = 200_000
-	w := NewWheel(1000)
-	ids := make([]string, held)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("D-%08x-%016x-SQ", i*2654435761, i)
-		w.Add(storage.Event{Due: 1000 + 3_600_000 + int64(i), Kind: storage.EventTTL, ID: ids[i]})
-	}
+	w, ids := wheelOfTTLs(held)
 	b.ResetTimer()
 	for i := range b.N {
 		old := ids[i%held]
@@ -854,12 +849,7 @@ func BenchmarkWheelNewCopy(b *testing.B) {
 // their entries.
 func BenchmarkWheelNewCopyAddAll(b *testing.B) {
 	const held = 200_000
-	w := NewWheel(1000)
-	ids := make([]string, held)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("D-%08x-%016x-SQ", i*2654435761, i)
-		w.Add(storage.Event{Due: 1000 + 3_600_000 + int64(i), Kind: storage.EventTTL, ID: ids[i]})
-	}
+	w, ids := wheelOfTTLs(held)
 	b.ResetTimer()
 	for i := range b.N {
 		old := ids[i%held]
@@ -871,4 +861,16 @@ func BenchmarkWheelNewCopyAddAll(b *testing.B) {
 			{Due: 1000 + 3_600_000, Kind: storage.EventTTL, ID: id}})
 		ids[i%held] = id
 	}
+}
+
+// wheelOfTTLs is a wheel at 1000 holding the TTL events of n jobs, an
+// hour on, and their ids.
+func wheelOfTTLs(n int) (*Wheel, []string) {
+	w := NewWheel(1000)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("D-%08x-%016x-SQ", i*2654435761, i)
+		w.Add(storage.Event{Due: 1000 + 3_600_000 + int64(i), Kind: storage.EventTTL, ID: ids[i]})
+	}
+	return w, ids
 }

@@ -57,17 +57,7 @@ func TestReplJobCodecAllocations(t *testing.T) {
 			t.Fatalf("job %d: decoded %+v %q, sent %+v", i, got[i].Job, got[i].Body, jobs[i].Job)
 		}
 	}
-	// The decoded jobs share strings, never arrays: changing one job's
-	// nodes or body leaves the others as they were.
-	got[0].Job.Nodes[0] = "changed"
-	got[0].Body[0] = 'y'
-	if got[1].Job.Nodes[0] != jobs[1].Job.Nodes[0] || got[1].Body[0] != 'x' {
-		t.Fatal("two decoded jobs share a node list or a body")
-	}
-	got[0].Job.Nodes = append(got[0].Job.Nodes, "more")
-	if fmt.Sprint(got[1].Job.Nodes) != fmt.Sprint(jobs[1].Job.Nodes) {
-		t.Fatal("appending to a decoded node list changed another job's")
-	}
+	checkDecodedShareNoArrays(t, got[0].Job, got[1].Job, got[0].Body, got[1].Body, jobs[1].Job.Nodes)
 }
 
 // TestPlannersAllocateOncePerRound checks that SyncNodes and AsyncNodes,
@@ -370,13 +360,21 @@ func TestYourJobsCodecAllocations(t *testing.T) {
 			t.Fatalf("job %d: decoded %+v %q first %d, sent %+v first %d", i, got[i].Job, got[i].Body, got[i].First, jobs[i].Job, jobs[i].First)
 		}
 	}
-	got[0].Job.Nodes[0] = "changed"
-	got[0].Body[0] = 'y'
-	if got[1].Job.Nodes[0] != jobs[1].Job.Nodes[0] || got[1].Body[0] != 'x' {
+	checkDecodedShareNoArrays(t, got[0].Job, got[1].Job, got[0].Body, got[1].Body, jobs[1].Job.Nodes)
+}
+
+// checkDecodedShareNoArrays: two decoded jobs (j0 with body b0, j1 with b1,
+// sent with the nodes sent1 and a body starting 'x') share strings, never
+// arrays: changing one job's nodes or body leaves the other as it was.
+func checkDecodedShareNoArrays(t *testing.T, j0, j1 *storage.Job, b0, b1 []byte, sent1 []string) {
+	t.Helper()
+	j0.Nodes[0] = "changed"
+	b0[0] = 'y'
+	if j1.Nodes[0] != sent1[0] || b1[0] != 'x' {
 		t.Fatal("two decoded jobs share a node list or a body")
 	}
-	got[0].Job.Nodes = append(got[0].Job.Nodes, "more")
-	if fmt.Sprint(got[1].Job.Nodes) != fmt.Sprint(jobs[1].Job.Nodes) {
+	j0.Nodes = append(j0.Nodes, "more")
+	if fmt.Sprint(j1.Nodes) != fmt.Sprint(sent1) {
 		t.Fatal("appending to a decoded node list changed another job's")
 	}
 }
