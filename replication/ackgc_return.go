@@ -68,7 +68,7 @@ func (j *Jobs) AskReturning(now time.Time) int {
 	// A peer up again (or first seen) learns this store's incarnation,
 	// so that the jobs it adds from now on can be given here marked
 	// first (jobs_federation_first.go).
-	j.tellIncarnation(seen)
+	j.tellIncarnation(seen, false)
 	sent := 0
 	for _, p := range back {
 		// Only an ask that sent something counts for the gap: the first

@@ -50,7 +50,7 @@ func (j *Jobs) NeedJobs(reqs []queue.NeedJobsRequest) {
 		}
 		msg := encodeNeedJobs(r.Queue, max(r.Count, 1))
 		self := j.self()
-		j.tellIncarnation(nodes) // jobs_federation_first.go
+		j.tellIncarnation(nodes, false) // jobs_federation_first.go
 		for _, n := range nodes {
 			if n != self {
 				j.send(n, MsgNeedJobs, msg)

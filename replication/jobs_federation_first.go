@@ -14,6 +14,12 @@ import (
 //     and with each NEEDJOBS it sends the peer, at most every
 //     fedIncRefresh per peer. Told as the cluster forms, a giver holds
 //     the mark before its producers add the jobs a drain then moves.
+//     A peer whose store opens again loses the marks it held; it tells
+//     this node its new incarnation when it sees it up, and a new
+//     incarnation heard (replacing one known, or the first heard after
+//     this node told its own) is answered with this node's at once
+//     (gotJobs): a restart quicker than the ack loop's look at the
+//     links, which sees the peer up all along, is not missed.
 //     An origin's GOTJOBs always carry ids, so an empty one also says
 //     the asker reads YOURJOBS version 2.
 //   - A giver keeps, per asker, the incarnation of its latest empty
@@ -39,8 +45,9 @@ type fedMark struct {
 }
 
 // tellIncarnation sends this node's store incarnation, in an empty
-// GOTJOB, to each of nodes not told within fedIncRefresh.
-func (j *Jobs) tellIncarnation(nodes []string) {
+// GOTJOB, to each of nodes not told within fedIncRefresh, or to each of
+// them if again (they heard it before a new open: see above).
+func (j *Jobs) tellIncarnation(nodes []string, again bool) {
 	if j.broker == nil {
 		return
 	}
@@ -56,7 +63,7 @@ func (j *Jobs) tellIncarnation(nodes []string) {
 		if n == self {
 			continue
 		}
-		if at, ok := j.fedIncSent[n]; ok && now-at < fedIncRefresh && now >= at {
+		if at, ok := j.fedIncSent[n]; ok && !again && now-at < fedIncRefresh && now >= at {
 			continue
 		}
 		if len(j.fedIncSent) >= 4*maxNeedJobsPending {

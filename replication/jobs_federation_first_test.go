@@ -3,6 +3,7 @@ package replication
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,5 +137,49 @@ func TestYourJobsFirstCodec(t *testing.T) {
 		if _, err := decodeYourJobs(q); err == nil {
 			t.Errorf("%s: decoded", name)
 		}
+	}
+}
+
+// TestIncarnationToldAgainAfterAQuickRestart: a giver whose store opens
+// again holds no mark of its askers; one that restarts between two looks
+// of the asker's ack loop (seen up all along) learns the asker's
+// incarnation again all the same. (It did not: the asker told it only at
+// its first sighting and then with its NEEDJOBS, so the giver's first
+// gives to it took the lookup until the asker next asked for jobs — and
+// TestInboxKeepsOrderAndBound, which waits for that mark, timed out.)
+func TestIncarnationToldAgainAfterAQuickRestart(t *testing.T) {
+	c := fedCluster(t, 2)
+	a, b := c.nodes[0], c.nodes[1]
+	var tells atomic.Int64 // empty GOTJOBs either way
+	c.mu.Lock()
+	c.lose = func(to, from string, m Message) bool {
+		if ids, _, err := decodeGotJobs(m.Payload); m.Type == MsgGotJob && err == nil && len(ids) == 0 {
+			tells.Add(1)
+		}
+		return false
+	}
+	c.mu.Unlock()
+	markOfA := func() bool {
+		b.jobs.mu.Lock()
+		defer b.jobs.mu.Unlock()
+		_, ok := b.jobs.fedFirst[a.id]
+		return ok
+	}
+	eventually(t, "a's incarnation told to b", markOfA)
+	const restarts = 3
+	for i := range restarts {
+		c.close(b)
+		c.open(b)
+		eventually(t, fmt.Sprint("a's incarnation told to b again, restart ", i+1), markOfA)
+	}
+	eventually(t, "b's last incarnation heard by a", func() bool {
+		a.jobs.mu.Lock()
+		defer a.jobs.mu.Unlock()
+		return a.jobs.peerInc[b.id] == b.st.ReplicaIncarnation()
+	})
+	// Told again about once per open, not back and forth: each open has
+	// at most a sighting each way and a retell each way.
+	if n := tells.Load(); n > 4*(restarts+1) {
+		t.Fatalf("%d empty GOTJOBs for %d opens of b: told back and forth", n, restarts+1)
 	}
 }

@@ -24,8 +24,10 @@ func (j *Jobs) Handle(from string, m Message) {
 		err = j.handleReplJob(from, m.Payload)
 	case MsgGotJob:
 		ids, inc, e := decodeGotJobs(m.Payload)
-		if err = e; err == nil {
-			j.gotJobs(from, ids, inc)
+		if err = e; err == nil && j.gotJobs(from, ids, inc) {
+			// The peer's store may have opened again since this node
+			// told it its incarnation: the mark it held went with it.
+			j.tellIncarnation([]string{from}, true) // jobs_federation_first.go
 		}
 	case MsgSetAck, MsgGotAck, MsgDelJob:
 		j.handleCollectRun(from, []Message{m}) // ackgc_batch.go
@@ -273,13 +275,21 @@ func (j *Jobs) confirmGotJobs(from string, c *gotJobConfirmer) {
 
 // gotJobs records GOTJOB answers and wakes the Replicate calls that have
 // enough; incarnation is the sender store's (0: none), which stamps the
-// first REPLJOBs sent it from now on.
-func (j *Jobs) gotJobs(from string, ids []string, incarnation uint64) {
+// first REPLJOBs sent it from now on. It says whether to tell the sender
+// this node's incarnation again: the sender's is new — it replaces
+// another (the sender's store was opened again), or it is the first
+// heard since this node told the sender its own (which that open may
+// have missed, if it came after the tell). Only a change says so, and
+// both ends hold what they heard, so two nodes tell each other again at
+// most once per open.
+func (j *Jobs) gotJobs(from string, ids []string, incarnation uint64) (retell bool) {
 	mark := j.fedMarkFor(ids, incarnation) // before j.mu: it reads the broker
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.learnFedMarkLocked(from, incarnation, mark)
-	if incarnation != j.peerInc[from] {
+	if old := j.peerInc[from]; incarnation != old {
+		_, told := j.fedIncSent[from]
+		retell = incarnation != 0 && (old != 0 || told)
 		// A change: new stamps are valid for ASYNC jobs planned from
 		// now on only (asyncHead).
 		if incarnation != 0 {
@@ -308,6 +318,7 @@ func (j *Jobs) gotJobs(from string, ids []string, incarnation uint64) {
 			wakeUp(p.wake)
 		}
 	}
+	return retell
 }
 
 // answerSetAcks is the rest of a SETACK once its acks are applied here
