@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,12 @@ func TestClusterLoneNode(t *testing.T) {
 	s.SetBroker(b)
 	c := newClientOn(t, addr)
 	me := b.NodeID()
-	_, port := s.addrParts()
+	// The port from the listener, not s.addrParts(): Serve records its
+	// address in its own goroutine, which may not have run yet here.
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	if v, _ := clusterDo(t, c, "CLUSTER", "MYID"); v != me {
 		t.Errorf("CLUSTER MYID = %v, want %s", v, me)
